@@ -1,0 +1,1 @@
+"""repro's build side: manifest → observations → lock → sealed bundle, and verification."""
