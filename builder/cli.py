@@ -30,7 +30,8 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
     for module in COMMANDS:
         name = module.__name__.rsplit(".", 1)[-1]
-        command_parser = sub.add_parser(name, help=module.__doc__.splitlines()[0] if module.__doc__ else None)
+        summary = (module.__doc__ or "").strip().splitlines()[0]
+        command_parser = sub.add_parser(name, help=summary, description=module.__doc__)
         module.configure_parser(command_parser)
         command_parser.set_defaults(_module=module)
     return parser
