@@ -1,0 +1,189 @@
+"""The live truth of a running process tree: who runs, and which files each process maps.
+
+I/O only: psutil for the tree, `/proc/<pid>/maps` for mappings, `/proc/<pid>/map_files/` to
+read the bytes actually mapped (the same inode even when the path was since replaced or
+deleted). Each distinct file is read and hashed once however many processes map it. A process
+that exits during the snapshot, or whose maps cannot be read, is recorded with the reason.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import psutil
+
+from builder.errors import NotObservable
+from builder.hashing import sha256_stream
+from builder.procmaps import FileId, Mapping, file_mappings, parse_maps
+
+ELF_MAGIC = b"\x7fELF"
+
+# Environment variables that steer the dynamic loader or the interpreter's imports; only these
+# are kept from a process's environment, so a snapshot never carries unrelated secrets.
+LOADER_ENV = re.compile(r"^(LD_[A-Z_]+|PYTHON[A-Z_]*|GLIBC_TUNABLES|VLLM_[A-Z0-9_]+)$")
+
+ROLE_PATTERNS: tuple[tuple[str, re.Pattern[str]], ...] = (
+    ("resource_tracker", re.compile(r"multiprocessing\.resource_tracker")),
+    ("engine_core", re.compile(r"EngineCore")),
+    ("worker", re.compile(r"Worker")),
+    ("api_server", re.compile(r"entrypoints\.openai\.api_server|entrypoints\.cli|APIServer")),
+)
+
+
+def classify_role(name: str, cmdline: Iterable[str]) -> str:
+    """The role of a process of a serving stack, from its name and command line."""
+    text = " ".join([name, *cmdline])
+    for role, pattern in ROLE_PATTERNS:
+        if pattern.search(text):
+            return role
+    return "other"
+
+
+@dataclass(frozen=True)
+class MappedFile:
+    """One distinct file mapped by some process of the tree."""
+
+    file_id: FileId
+    path: str
+    deleted: bool
+    replaced: bool
+    is_elf: bool
+    sha256: str | None
+    error: str | None = None
+
+
+@dataclass(frozen=True)
+class ProcessSnapshot:
+    pid: int
+    ppid: int
+    name: str
+    role: str
+    cmdline: tuple[str, ...]
+    exe: str | None
+    environ: dict[str, str]
+    files: tuple[FileId, ...]
+    error: str | None = None
+
+
+@dataclass(frozen=True)
+class TreeSnapshot:
+    root_pid: int
+    processes: tuple[ProcessSnapshot, ...]
+    files: dict[FileId, MappedFile] = field(default_factory=dict)
+
+
+def pid_listening_on(port: int) -> int:
+    """The pid of the process that listens on a TCP port of this host."""
+    try:
+        connections = psutil.net_connections(kind="inet")
+    except psutil.AccessDenied as error:
+        raise NotObservable(
+            "cannot list the sockets of this host", where=f"port {port}", hint="run as root"
+        ) from error
+    pids = {
+        c.pid
+        for c in connections
+        if c.status == psutil.CONN_LISTEN and c.laddr and c.laddr.port == port and c.pid
+    }
+    if not pids:
+        raise NotObservable(
+            "no process listens on the port",
+            where=f"port {port}",
+            expected="a running server",
+            found="nothing listening",
+        )
+    return min(pids)
+
+
+def snapshot_tree(root_pid: int, progress: Callable[[str], None] | None = None) -> TreeSnapshot:
+    """Every process of the tree rooted at `root_pid`, its mappings, each file hashed once."""
+    try:
+        root = psutil.Process(root_pid)
+        members = [root, *root.children(recursive=True)]
+    except psutil.NoSuchProcess as error:
+        raise NotObservable(
+            "the process does not exist", where=f"pid {root_pid}", found="no such process"
+        ) from error
+    processes: list[ProcessSnapshot] = []
+    files: dict[FileId, MappedFile] = {}
+    for process in members:
+        snapshot, mappings = _snapshot_process(process)
+        processes.append(snapshot)
+        for file_id, group in mappings.items():
+            if file_id not in files:
+                if progress is not None:
+                    progress(group[0].path or "")
+                files[file_id] = _read_mapped_file(process.pid, file_id, group[0])
+    return TreeSnapshot(root_pid=root_pid, processes=tuple(processes), files=files)
+
+
+def _snapshot_process(
+    process: psutil.Process,
+) -> tuple[ProcessSnapshot, dict[FileId, tuple[Mapping, ...]]]:
+    pid = process.pid
+    try:
+        with process.oneshot():
+            name, ppid = process.name(), process.ppid()
+            cmdline = tuple(process.cmdline())
+            exe = process.exe() or None
+            environ = {k: v for k, v in process.environ().items() if LOADER_ENV.match(k)}
+        maps_text = Path(f"/proc/{pid}/maps").read_text()
+    except (psutil.NoSuchProcess, FileNotFoundError, ProcessLookupError):
+        return _failed(pid, "exited during the audit"), {}
+    except (psutil.AccessDenied, PermissionError) as error:
+        return _failed(pid, f"cannot read its state: {error}"), {}
+    mappings = file_mappings(parse_maps(maps_text, where=f"/proc/{pid}/maps"))
+    snapshot = ProcessSnapshot(
+        pid=pid,
+        ppid=ppid,
+        name=name,
+        role=classify_role(name, cmdline),
+        cmdline=cmdline,
+        exe=exe,
+        environ=environ,
+        files=tuple(mappings),
+    )
+    return snapshot, mappings
+
+
+def _failed(pid: int, reason: str) -> ProcessSnapshot:
+    return ProcessSnapshot(
+        pid=pid,
+        ppid=0,
+        name="?",
+        role="other",
+        cmdline=(),
+        exe=None,
+        environ={},
+        files=(),
+        error=reason,
+    )
+
+
+def _read_mapped_file(pid: int, file_id: FileId, mapping: Mapping) -> MappedFile:
+    """Hash the bytes of the mapped inode itself, through `map_files/`, not the path.
+
+    Only ELF objects are hashed: other mapped files (model weights, locale archives) can be
+    gigabytes and are pinned by their own observers.
+    """
+    path = mapping.path or ""
+    replaced = not mapping.deleted and _current_id(path) != file_id
+    try:
+        with Path(f"/proc/{pid}/map_files/{mapping.range_name}").open("rb") as stream:
+            is_elf = stream.read(4) == ELF_MAGIC
+            stream.seek(0)
+            digest = sha256_stream(stream) if is_elf else None
+    except OSError as error:
+        return MappedFile(file_id, path, mapping.deleted, replaced, False, None, str(error))
+    return MappedFile(file_id, path, mapping.deleted, replaced, is_elf, digest)
+
+
+def _current_id(path: str) -> FileId | None:
+    try:
+        status = Path(path).stat()
+    except OSError:
+        return None
+    return FileId(status.st_dev, status.st_ino)
