@@ -170,7 +170,10 @@ def _read_mapped_file(pid: int, file_id: FileId, mapping: Mapping) -> MappedFile
     gigabytes and are pinned by their own observers.
     """
     path = mapping.path or ""
-    replaced = not mapping.deleted and _current_id(path) != file_id
+    # Renaming a new file over a mapped one unlinks the mapped inode: the kernel then says
+    # "deleted" and the path names another file. Both facts are reported.
+    current = _current_id(path)
+    replaced = current is not None and current != file_id
     try:
         with Path(f"/proc/{pid}/map_files/{mapping.range_name}").open("rb") as stream:
             is_elf = stream.read(4) == ELF_MAGIC
