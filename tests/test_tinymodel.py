@@ -1,0 +1,103 @@
+"""The tiny model is the same bytes on every run, and a checkpoint vLLM and safetensors accept."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+from safetensors.numpy import load_file
+
+from builder import tinymodel
+from builder.errors import BadInput
+
+# The pinned release of the embedded default's model (to move into manifests/tiny-cpu.toml).
+PINNED_SHA256 = {
+    "config.json": "5036678b8baff18eff922e19a5022688571cd257b35cb3a6b4dcfa765bd8a1b1",
+    "generation_config.json": "a8ea7d9dfeb60b61e88bc2a72cdd79a906b808b95b28148c0ac3a19d795c03d1",
+    "model.safetensors": "53999b1f57b5cf272b8fb64045c30d3a3dfbe6f3cbaca91d1b9c4af9bb9bd38f",
+    "special_tokens_map.json": "a6c50e47d6be38122150959f2660600afb8d32c1c1fb2a2190efcae548c4b838",
+    "tokenizer.json": "6a057a076c027a522c54e89048fb1790c8fb4523b99223bd8f0fa4e49ddb1065",
+    "tokenizer_config.json": "bb2d220ba0beaec95ff29b98e504418a5a763c5e97beca2d370d4d66b0c3e2b1",
+}
+
+
+@pytest.fixture(scope="module")
+def model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    dest = tmp_path_factory.mktemp("tiny") / "model"
+    tinymodel.generate(dest)
+    return dest
+
+
+def test_two_runs_into_different_directories_write_identical_bytes(tmp_path: Path) -> None:
+    first = tinymodel.generate(tmp_path / "a")
+    second = tinymodel.generate(tmp_path / "b")
+    assert first == second
+    for name in tinymodel.FILE_NAMES:
+        assert (tmp_path / "a" / name).read_bytes() == (tmp_path / "b" / name).read_bytes()
+
+
+def test_every_file_matches_its_pinned_sha256(model_dir: Path) -> None:
+    assert tinymodel.file_digests(model_dir) == PINNED_SHA256
+
+
+def test_generate_returns_the_digests_of_what_it_wrote(tmp_path: Path) -> None:
+    digests = tinymodel.generate(tmp_path / "model")
+    assert digests == tinymodel.file_digests(tmp_path / "model")
+    assert sorted(digests) == sorted(tinymodel.FILE_NAMES)
+
+
+def test_leaves_nothing_beside_the_destination(tmp_path: Path) -> None:
+    tinymodel.generate(tmp_path / "model")
+    assert [path.name for path in tmp_path.iterdir()] == ["model"]
+
+
+def test_an_existing_identical_destination_is_accepted(tmp_path: Path) -> None:
+    first = tinymodel.generate(tmp_path / "model")
+    assert tinymodel.generate(tmp_path / "model") == first
+
+
+def test_an_existing_destination_with_other_bytes_is_refused(tmp_path: Path) -> None:
+    tinymodel.generate(tmp_path / "model")
+    (tmp_path / "model" / "config.json").write_text("{}\n")
+    with pytest.raises(BadInput, match="already exists with other content") as caught:
+        tinymodel.generate(tmp_path / "model")
+    assert str(tmp_path / "model") in caught.value.diagnostics()
+    assert [path.name for path in tmp_path.iterdir()] == ["model"]
+
+
+def test_weights_load_with_the_shapes_the_config_declares(model_dir: Path) -> None:
+    config = json.loads((model_dir / "config.json").read_text())
+    tensors = load_file(str(model_dir / "model.safetensors"))
+    hidden, vocab = config["hidden_size"], config["vocab_size"]
+    assert config["architectures"] == ["LlamaForCausalLM"]
+    assert config["torch_dtype"] == "float32"
+    assert config["head_dim"] >= 32
+    assert config["head_dim"] * config["num_attention_heads"] == hidden
+    assert tensors["model.embed_tokens.weight"].shape == (vocab, hidden)
+    assert tensors["lm_head.weight"].shape == (vocab, hidden)
+    assert len(tensors) == 3 + 9 * config["num_hidden_layers"]
+    assert all(tensor.dtype == np.float32 for tensor in tensors.values())
+    assert float(np.std(tensors["lm_head.weight"])) == pytest.approx(tinymodel.WEIGHT_STD, rel=0.05)
+
+
+def test_tokenizer_maps_every_byte_and_special_to_its_own_id(model_dir: Path) -> None:
+    tokenizer = json.loads((model_dir / "tokenizer.json").read_text())
+    config = json.loads((model_dir / "config.json").read_text())
+    vocab = tokenizer["model"]["vocab"]
+    specials = {token["content"]: token["id"] for token in tokenizer["added_tokens"]}
+    assert sorted(vocab.values()) == list(range(256))
+    assert sorted(specials.values()) == list(range(256, 256 + len(tinymodel.SPECIAL_TOKENS)))
+    assert len(vocab) + len(specials) <= config["vocab_size"]
+    assert specials[tinymodel.EOS_TOKEN] == config["eos_token_id"]
+
+
+def test_tokenizer_config_carries_a_chat_template_using_declared_tokens(model_dir: Path) -> None:
+    tokenizer_config = json.loads((model_dir / "tokenizer_config.json").read_text())
+    declared = {entry["content"] for entry in tokenizer_config["added_tokens_decoder"].values()}
+    assert tokenizer_config["chat_template"] == tinymodel.CHAT_TEMPLATE
+    for marker in ("<|assistant|>", "<|end|>", "bos_token"):
+        assert marker in tokenizer_config["chat_template"]
+    assert "'<|' + message['role'] + '|>" in tokenizer_config["chat_template"]
+    assert {"<|system|>", "<|user|>", "<|assistant|>", "<|end|>"} <= declared
