@@ -1,0 +1,219 @@
+"""Validate a manifest and its oracle suite, and print the plan: what will be pinned and checked.
+
+The plan is what `repro build` will resolve on a host: models and their release files, sources,
+packages, native modules, kernel sets and allowed roots, the launch command with its
+placeholders, profiles, the oracle suite and every gate that will run. Nothing is observed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import shlex
+from pathlib import Path
+from typing import Any
+
+from rich.markup import escape
+from rich.table import Table
+
+from builder.errors import ExitCode
+from builder.manifest import Gates, LogMarker, Manifest, Suite
+from builder.render import console, table, write_json
+
+
+def configure_parser(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("manifest", type=Path, help="the manifest TOML file")
+    parser.add_argument("--json", action="store_true", help="print the plan as JSON")
+
+
+def execute(args: argparse.Namespace) -> int:
+    manifest = Manifest.from_path(args.manifest)
+    suite = manifest.load_suite()
+    document = plan(manifest, suite)
+    if args.json:
+        write_json({"manifest": str(args.manifest), "plan": document})
+    else:
+        print_plan(str(args.manifest), document)
+    return ExitCode.PASS
+
+
+def plan(manifest: Manifest, suite: Suite) -> dict[str, Any]:
+    """What a build of `manifest` pins and checks, section by section, as plain data."""
+    return {
+        "bundle": manifest.bundle.model_dump(mode="json"),
+        "host": _host(manifest),
+        "python": _python(manifest),
+        "models": _models(manifest),
+        "sources": _sources(manifest),
+        "native": _native(manifest),
+        "launch": _launch(manifest),
+        "oracle": _oracle(manifest, suite),
+    }
+
+
+def _host(manifest: Manifest) -> dict[str, Any]:
+    host = manifest.host.model_dump(mode="json", exclude_defaults=True)
+    record = host.pop("record", [])
+    return {"enforce": host, "record": record}
+
+
+def _python(manifest: Manifest) -> dict[str, Any]:
+    python = manifest.python
+    return {
+        "interpreter": python.interpreter,
+        "venv": str(manifest.resolve(python.venv)),
+        "check_record": python.check_record,
+        "packages": [
+            {"name": name, "version": package.pinned, "source": package.source}
+            for name, package in python.packages.items()
+        ],
+    }
+
+
+def _models(manifest: Manifest) -> list[dict[str, Any]]:
+    return [
+        {
+            "role": model.role,
+            "repo": model.repo,
+            "revision": model.revision,
+            "directory": str(model.directory(manifest.resolve("."))),
+            "files": len(model.files),
+        }
+        for model in manifest.models
+    ]
+
+
+def _sources(manifest: Manifest) -> list[dict[str, Any]]:
+    return [
+        {
+            "name": source.name,
+            "path": str(manifest.resolve(source.path)),
+            "commit": source.commit,
+            "clean": source.clean,
+            "patches": [str(manifest.resolve(patch.path)) for patch in source.patches],
+        }
+        for source in manifest.sources
+    ]
+
+
+def _native(manifest: Manifest) -> dict[str, Any]:
+    native = manifest.native
+    return {
+        "modules": list(native.modules),
+        "kernel_sets": list(native.kernel_sets),
+        "allowed_roots": list(native.allowed_roots),
+        "allowed_mappings": list(native.allowed_mappings),
+        "forbidden_env": list(native.forbidden_environment),
+    }
+
+
+def _launch(manifest: Manifest) -> dict[str, Any]:
+    return manifest.launch.model_dump(mode="json")
+
+
+def _oracle(manifest: Manifest, suite: Suite) -> dict[str, Any]:
+    oracle = manifest.oracle
+    return {
+        "suite": {
+            "path": str(manifest.resolve(oracle.suite)),
+            "name": suite.name,
+            "api": suite.api,
+            "prompts": len(suite.prompts),
+            "max_tokens": suite.max_tokens,
+            "seed": suite.seed,
+            "temperature": suite.temperature,
+        },
+        "teacher": oracle.teacher,
+        "chat_template_kwargs": oracle.chat_template_kwargs,
+        "gates": [{"gate": gate, "checks": checks} for gate, checks in gate_checks(oracle.gates)],
+    }
+
+
+def gate_checks(gates: Gates) -> list[tuple[str, str]]:
+    """Each gate that will run, with what it checks."""
+    checks: list[tuple[str, str]] = []
+    if gates.exact_token_ids:
+        checks.append(("exact_token_ids", "every row's token ids equal the teacher's"))
+    if gates.text_sha256:
+        checks.append(("text_sha256", "every row's text sha256 equals the teacher's"))
+    if gates.cached_tokens_zero:
+        checks.append(("cached_tokens_zero", "cached_tokens == 0 on every row"))
+    if gates.prefix_cache_hit_delta_zero:
+        checks.append(("prefix_cache_hit_delta_zero", "prefix-cache hits after - before == 0"))
+    checks += [(f"log_marker {m.name}", _marker_check(m)) for m in gates.log_markers]
+    checks += [
+        ("forbidden_log_pattern", f"no line matches /{p}/") for p in gates.forbidden_log_patterns
+    ]
+    if gates.spec_decode is not None:
+        spec = gates.spec_decode
+        text = f"accepted / draft tokens in [{spec.acceptance_min}, {spec.acceptance_max}]"
+        if spec.positions is not None:
+            text += f"; {spec.positions} positions"
+        if spec.survival_must_decay:
+            text += "; accepted per position decays"
+        checks.append(("spec_decode", text))
+    if gates.throughput is not None:
+        rate = gates.throughput
+        text = f"median (N-1)/span, N = {rate.tokens}, >= {rate.floor} x the sealed rate"
+        if rate.record_historical:
+            text += "; N/span recorded, labelled historical"
+        checks.append(("throughput", text))
+    checks.append(("fresh_starts", f"{gates.fresh_starts} fresh start(s) reproduce the token ids"))
+    return checks
+
+
+def _marker_check(marker: LogMarker) -> str:
+    if marker.count is not None:
+        return f"/{marker.pattern}/ exactly {marker.count} time(s)"
+    counts = ", ".join(f"{rank}: {count}" for rank, count in marker.per_rank.items())
+    return f"/{marker.pattern}/ per rank /{marker.rank_pattern}/ exactly {counts}"
+
+
+def print_plan(source: str, document: dict[str, Any]) -> None:
+    out = console()
+    out.print(escape(f"{source}: valid manifest of bundle {document['bundle']['name']}"))
+    for title, section in document.items():
+        for rendered in _tables(title, section):
+            out.print(rendered)
+
+
+def _tables(title: str, section: Any) -> list[Table]:
+    """One table for the section; a list of records inside it gets a table of its own."""
+    if isinstance(section, list):
+        return [_records_table(title, section)]
+    rows: list[tuple[str, str]] = []
+    nested: list[Table] = []
+    for key, value in _flatten(section, ""):
+        if _is_records(value):
+            nested.append(_records_table(f"{title}.{key}", value))
+        else:
+            rows.append((escape(key), _cell(value)))
+    return [table(title, ("key", "value"), rows), *nested]
+
+
+def _records_table(title: str, records: list[dict[str, Any]]) -> Table:
+    columns = list(records[0]) if records else ["(none)"]
+    return table(title, columns, ([_cell(row[column]) for column in columns] for row in records))
+
+
+def _is_records(value: Any) -> bool:
+    return isinstance(value, list) and bool(value) and isinstance(value[0], dict)
+
+
+def _flatten(section: dict[str, Any], prefix: str) -> list[tuple[str, Any]]:
+    items: list[tuple[str, Any]] = []
+    for key, value in section.items():
+        if isinstance(value, dict) and value:
+            items += _flatten(value, f"{prefix}{key}.")
+        else:
+            items.append((f"{prefix}{key}", value))
+    return items
+
+
+def _cell(value: Any) -> str:
+    if isinstance(value, list):
+        return escape(shlex.join(str(item) for item in value))
+    if isinstance(value, dict):
+        return escape(", ".join(f"{key}: {item}" for key, item in value.items()))
+    if value is None:
+        return "-"
+    return escape(str(value))
