@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import tomllib
 from pathlib import Path
 
 import numpy as np
@@ -12,15 +13,15 @@ from safetensors.numpy import load_file
 from builder import tinymodel
 from builder.errors import BadInput
 
-# The pinned release of the embedded default's model (to move into manifests/tiny-cpu.toml).
-PINNED_SHA256 = {
-    "config.json": "5036678b8baff18eff922e19a5022688571cd257b35cb3a6b4dcfa765bd8a1b1",
-    "generation_config.json": "a8ea7d9dfeb60b61e88bc2a72cdd79a906b808b95b28148c0ac3a19d795c03d1",
-    "model.safetensors": "53999b1f57b5cf272b8fb64045c30d3a3dfbe6f3cbaca91d1b9c4af9bb9bd38f",
-    "special_tokens_map.json": "a6c50e47d6be38122150959f2660600afb8d32c1c1fb2a2190efcae548c4b838",
-    "tokenizer.json": "6a057a076c027a522c54e89048fb1790c8fb4523b99223bd8f0fa4e49ddb1065",
-    "tokenizer_config.json": "bb2d220ba0beaec95ff29b98e504418a5a763c5e97beca2d370d4d66b0c3e2b1",
-}
+MANIFEST = Path(__file__).resolve().parent.parent / "manifests" / "tiny-cpu.toml"
+
+
+def pinned_sha256() -> dict[str, str]:
+    """The release file set the embedded default's manifest pins for its target model."""
+    manifest = tomllib.loads(MANIFEST.read_text())
+    (target,) = [model for model in manifest["model"] if model["role"] == "target"]
+    files: dict[str, str] = target["files"]
+    return files
 
 
 @pytest.fixture(scope="module")
@@ -38,8 +39,8 @@ def test_two_runs_into_different_directories_write_identical_bytes(tmp_path: Pat
         assert (tmp_path / "a" / name).read_bytes() == (tmp_path / "b" / name).read_bytes()
 
 
-def test_every_file_matches_its_pinned_sha256(model_dir: Path) -> None:
-    assert tinymodel.file_digests(model_dir) == PINNED_SHA256
+def test_every_file_matches_the_sha256_pinned_in_the_manifest(model_dir: Path) -> None:
+    assert tinymodel.file_digests(model_dir) == pinned_sha256()
 
 
 def test_generate_returns_the_digests_of_what_it_wrote(tmp_path: Path) -> None:
