@@ -602,8 +602,9 @@ class Suite(_Frozen):
             _violation(
                 ("prompts", index),
                 f"prompt does not fit api {self.api!r}",
-                f"{key} only",
-                f"prompt {_show(p.id)}",
+                f"key {key} only",
+                "key "
+                + " and key ".join(k for k in ("messages", "prompt") if getattr(p, k) is not None),
             )
             for index, p in enumerate(self.prompts)
             if (p.messages is None, p.prompt is None) != (key != "messages", key != "prompt")
@@ -781,7 +782,7 @@ def _suite_fit_problems(oracle: Oracle, suite: Suite) -> list[Problem]:
                 "key oracle.gates.throughput.tokens",
                 "more tokens than the suite generates",
                 f"at most the suite's max_tokens ({suite.max_tokens})",
-                str(throughput.tokens),
+                _show(throughput.tokens),
             )
         )
     if oracle.chat_template_kwargs and suite.api != "chat":
@@ -814,13 +815,20 @@ class Problem:
     found: str
 
 
+_HINTS: Final = {
+    "manifest": "fix the manifest; `repro schema` prints every key a manifest accepts",
+    "oracle suite": "fix the suite: a JSON object of name, api, max_tokens, seed, temperature, "
+    "prompts",
+}
+
+
 class InvalidDocument(BadInput):
     """Every problem of one manifest or suite file, reported at once."""
 
     def __init__(self, source: str, kind: str, problems: Sequence[Problem]) -> None:
         self.source = source
         self.problems = tuple(problems)
-        hint = f"fix the {kind}; `repro schema` prints every key a manifest accepts"
+        hint = _HINTS[kind]
         if len(self.problems) == 1:
             (only,) = self.problems
             where = f"{source}, {only.where}" if only.where else source
@@ -916,11 +924,24 @@ def _validate(model: type[_M], json_text: str, source: str, kind: str) -> _M:
     try:
         return model.model_validate_json(json_text, strict=True)
     except ValidationError as error:
-        problems = [_problem(model, detail) for detail in error.errors(include_url=False)]
+        details = _without_echoes(error.errors(include_url=False))
+        problems = [_problem(model, detail) for detail in details]
         raise InvalidDocument(source, kind, problems) from None
 
 
 # --- pydantic's errors in the manifest's words ----------------------------------------------------
+
+
+def _without_echoes(details: Sequence[Any]) -> list[Any]:
+    """Drop a length error that only echoes its own items' errors (a failed item is not counted)."""
+    locs = [tuple(detail["loc"]) for detail in details]
+    return [
+        detail
+        for detail, loc in zip(details, locs, strict=True)
+        if detail["type"] != "too_short"
+        or not any(len(other) > len(loc) and other[: len(loc)] == loc for other in locs)
+    ]
+
 
 _BARE_KEY = re.compile(r"^[A-Za-z0-9_-]+$")
 
@@ -961,7 +982,7 @@ def _problem(root: type[BaseModel], detail: Any) -> Problem:
 
 def _expected_from(annotation: Any, detail: Any) -> str:
     kind: str = detail["type"]
-    if kind.endswith("_type") or kind in {"missing", "string_pattern_mismatch"}:
+    if kind.endswith("_type") or kind in {"missing", "literal_error", "string_pattern_mismatch"}:
         described = _describe(annotation)
         if described is not None:
             return described

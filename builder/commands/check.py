@@ -214,6 +214,6 @@ def _cell(value: Any) -> str:
         return escape(shlex.join(str(item) for item in value))
     if isinstance(value, dict):
         return escape(", ".join(f"{key}: {item}" for key, item in value.items()))
-    if value is None:
+    if value is None or value in ("", [], {}):
         return "-"
     return escape(str(value))
