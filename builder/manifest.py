@@ -585,6 +585,9 @@ class Prompt(_Frozen):
     messages: Annotated[tuple[Message, ...], Field(min_length=1)] | None = None
     prompt: str | None = None
 
+    def given(self) -> tuple[str, ...]:
+        return tuple(key for key in ("messages", "prompt") if getattr(self, key) is not None)
+
 
 class Suite(_Frozen):
     name: NonEmpty
@@ -603,11 +606,10 @@ class Suite(_Frozen):
                 ("prompts", index),
                 f"prompt does not fit api {self.api!r}",
                 f"key {key} only",
-                "key "
-                + " and key ".join(k for k in ("messages", "prompt") if getattr(p, k) is not None),
+                " and ".join(f"key {k}" for k in prompt.given()) or "neither messages nor prompt",
             )
-            for index, p in enumerate(self.prompts)
-            if (p.messages is None, p.prompt is None) != (key != "messages", key != "prompt")
+            for index, prompt in enumerate(self.prompts)
+            if prompt.given() != (key,)
         ]
         _raise_all("Suite", violations)
         return self
