@@ -1,0 +1,119 @@
+"""Explain how glibc's loader resolves each dependency of FILE, with the reason for each hit.
+
+The emulation uses this host's loader (asked, not assumed), its /etc/ld.so.cache and, unless
+--no-env, the LD_LIBRARY_PATH and LD_PRELOAD of the current environment. Exit 0 when every
+dependency resolves, 1 when one is not found or would be refused, 2 for a bad input.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from typing import Any
+
+from builder import render
+from builder.elf import read_elf
+from builder.loader import Closure, Outcome, Resolution, executable_closure
+from builder.loaderhost import HostFileSystem, host_config, read_cache
+
+_BRANCH, _LAST, _PIPE, _SPACE = "├── ", "└── ", "│   ", "    "
+
+
+def configure_parser(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("files", nargs="+", metavar="FILE", help="executable or shared object")
+    parser.add_argument("--json", action="store_true", help="versioned JSON on stdout")
+    parser.add_argument(
+        "--no-env", action="store_true", help="ignore LD_LIBRARY_PATH and LD_PRELOAD of this shell"
+    )
+    parser.add_argument("--ld-library-path", metavar="PATH", help="use this LD_LIBRARY_PATH")
+    parser.add_argument("--ld-preload", metavar="LIST", help="use this LD_PRELOAD")
+
+
+def execute(args: argparse.Namespace) -> int:
+    for path in args.files:
+        read_elf(path)  # refuses a missing, unreadable or non-ELF file before anything runs
+    config = host_config(_environment(args))
+    cache = read_cache()
+    fs = HostFileSystem.here()
+    closures = [
+        (path, executable_closure(path, config=config, cache=cache, fs=fs)) for path in args.files
+    ]
+    if args.json:
+        render.write_json({"files": [_file_json(path, c) for path, c in closures]})
+    else:
+        sys.stdout.write("".join(_tree(path, c) for path, c in closures))
+    return 1 if any(c.failures for _, c in closures) else 0
+
+
+def _environment(args: argparse.Namespace) -> dict[str, str]:
+    env = {} if args.no_env else dict(os.environ)
+    if args.ld_library_path is not None:
+        env["LD_LIBRARY_PATH"] = args.ld_library_path
+    if args.ld_preload is not None:
+        env["LD_PRELOAD"] = args.ld_preload
+    return env
+
+
+def _file_json(path: str, closure: Closure) -> dict[str, Any]:
+    return {
+        "file": path,
+        "ok": not closure.failures,
+        "order": [
+            {"path": o.path, "file_id": list(o.file_id) if o.file_id else None}
+            for o in closure.order
+        ],
+        "libraries": [_resolution_json(r) for r in closure.resolutions],
+    }
+
+
+def _resolution_json(resolution: Resolution) -> dict[str, Any]:
+    return {
+        "need": resolution.need,
+        "requester": resolution.requester,
+        "outcome": resolution.outcome.value,
+        "path": resolution.path,
+        "reason": resolution.reason,
+        "directory": resolution.directory,
+        "element": resolution.element,
+        "file_id": list(resolution.file_id) if resolution.file_id else None,
+        "newly_loaded": resolution.newly_loaded,
+        "searched": [
+            {"path": c.path, "source": c.source, "result": c.result} for c in resolution.searched
+        ],
+    }
+
+
+def _tree(path: str, closure: Closure) -> str:
+    children: dict[str, list[Resolution]] = {}
+    for resolution in closure.resolutions:
+        children.setdefault(resolution.requester, []).append(resolution)
+    lines = [path]
+    _branches(path, children, "", lines)
+    return "\n".join(lines) + "\n"
+
+
+def _branches(
+    requester: str,
+    children: dict[str, list[Resolution]],
+    prefix: str,
+    lines: list[str],
+) -> None:
+    entries = children.get(requester, [])
+    for index, resolution in enumerate(entries):
+        last = index == len(entries) - 1
+        lines.append(prefix + (_LAST if last else _BRANCH) + _describe(resolution))
+        inner = prefix + (_SPACE if last else _PIPE)
+        if resolution.outcome is not Outcome.FOUND:
+            lines.extend(
+                f"{inner}    {number}. {c.path}  ({c.source}: {c.result})"
+                for number, c in enumerate(resolution.searched, start=1)
+            )
+        elif resolution.newly_loaded and resolution.path is not None:
+            _branches(resolution.path, children, inner, lines)
+
+
+def _describe(resolution: Resolution) -> str:
+    if resolution.outcome is Outcome.FOUND:
+        return f"{resolution.need} => {resolution.path} [{resolution.reason}]"
+    return f"{resolution.need} {resolution.outcome.value.upper()}: {resolution.reason}"
