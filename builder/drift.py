@@ -19,6 +19,7 @@ class DriftKind(StrEnum):
     DELETED_MAPPING = "deleted-mapping"
     FORBIDDEN_ENV = "forbidden-env"
     UNREADABLE = "unreadable"
+    PROCESS_ROLES = "process-roles"
 
 
 class Drift(BaseModel):

@@ -42,6 +42,20 @@ def classify_role(name: str, cmdline: Iterable[str]) -> str:
     return "other"
 
 
+def parse_environ(block: bytes) -> dict[str, str]:
+    """The loader-relevant variables of a `/proc/<pid>/environ` block.
+
+    A process that renames itself (setproctitle, as vLLM's EngineCore and Worker do) clears the
+    start of that block, so empty items are skipped rather than taken as its end.
+    """
+    environ: dict[str, str] = {}
+    for item in block.decode("utf-8", "surrogateescape").split("\0"):
+        name, separator, value = item.partition("=")
+        if separator and LOADER_ENV.match(name):
+            environ.setdefault(name, value)
+    return environ
+
+
 @dataclass(frozen=True)
 class MappedFile:
     """One distinct file mapped by some process of the tree."""
@@ -129,7 +143,7 @@ def _snapshot_process(
             name, ppid = process.name(), process.ppid()
             cmdline = tuple(process.cmdline())
             exe = process.exe() or None
-            environ = {k: v for k, v in process.environ().items() if LOADER_ENV.match(k)}
+        environ = parse_environ(Path(f"/proc/{pid}/environ").read_bytes())
         maps_text = Path(f"/proc/{pid}/maps").read_text()
     except (psutil.NoSuchProcess, FileNotFoundError, ProcessLookupError):
         return _failed(pid, "exited during the audit"), {}

@@ -1,0 +1,447 @@
+"""The live audit: every ELF a running tree maps, explained by the loader emulation, or a drift.
+
+For each process the emulation predicts what starting its executable in its own environment
+loads (`executable_closure`). What else the process maps was loaded at run time: each such
+object that no other object's search explains is a dlopen root, and `dlopen_closure` of the
+root, with the startup objects already loaded, predicts its dependencies. Every mapped ELF then
+carries a rule (startup, preload, dlopen, dependency) and the loader's reason, and every
+disagreement is a `Drift`: a mapping from outside the allowed roots, LD_PRELOAD, origin drift
+(the emulation names one file, the process maps another with the same name), a need nothing
+satisfies, a deleted or replaced file, a declared module no process maps, a process that
+could not be read, or process roles other than declared.
+
+`judge` is pure: the tree snapshot, the loader configuration and a file-system view are inputs.
+"""
+
+from __future__ import annotations
+
+import importlib.machinery
+import posixpath
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
+
+from builder.drift import Drift, DriftKind
+from builder.elf import ElfError
+from builder.errors import NotObservable
+from builder.hashing import sha256_file
+from builder.ldcache import LdCache
+from builder.loader import (
+    Closure,
+    FileSystem,
+    LoadedObject,
+    LoaderConfig,
+    Outcome,
+    Resolution,
+    dlopen_closure,
+    executable_closure,
+)
+from builder.observe.processes import MappedFile, ProcessSnapshot, TreeSnapshot
+from builder.procmaps import FileId
+
+DEFAULT_FORBIDDEN_ENV = ("LD_PRELOAD", "LD_AUDIT")
+
+# Extension-module file suffixes of this interpreter family (e.g. .cpython-311-x86_64-linux-gnu.so,
+# .abi3.so, .so): how a module name becomes a file name.
+EXTENSION_SUFFIXES = tuple(importlib.machinery.EXTENSION_SUFFIXES)
+
+
+@dataclass(frozen=True)
+class AuditPolicy:
+    """What must hold of the tree: allowed roots (real paths), declared modules and roles."""
+
+    allowed_roots: tuple[str, ...]
+    modules: tuple[str, ...] = ()
+    forbidden_env: tuple[str, ...] = DEFAULT_FORBIDDEN_ENV
+    roles: Mapping[str, int] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class LoaderInputs:
+    """What the emulation needs of the host: its loader configuration, cache and files."""
+
+    config: LoaderConfig
+    cache: LdCache | None
+    fs: FileSystem
+
+
+@dataclass(frozen=True)
+class ObjectVerdict:
+    """One mapped ELF of one process and how the loader came to map it."""
+
+    path: str
+    file_id: FileId
+    sha256: str | None
+    rule: str  # executable | startup | preload | dlopen | dependency | unexplained
+    reason: str
+    requester: str | None
+
+
+@dataclass(frozen=True)
+class ProcessAudit:
+    pid: int
+    ppid: int
+    role: str
+    name: str
+    exe: str | None
+    objects: tuple[ObjectVerdict, ...]
+    error: str | None
+
+
+@dataclass(frozen=True)
+class AuditReport:
+    root_pid: int
+    processes: tuple[ProcessAudit, ...]
+    files: tuple[MappedFile, ...]
+    drifts: tuple[Drift, ...]
+
+    @property
+    def passed(self) -> bool:
+        return not self.drifts
+
+
+def judge(tree: TreeSnapshot, policy: AuditPolicy, loader: LoaderInputs) -> AuditReport:
+    """Explain every mapping of every process of `tree`; each disagreement is a drift."""
+    processes: list[ProcessAudit] = []
+    drifts: list[Drift] = []
+    for process in tree.processes:
+        audit, found = _audit_process(process, tree.files, policy, loader)
+        processes.append(audit)
+        drifts.extend(found)
+    drifts.extend(_file_drifts(tree))
+    drifts.extend(_module_drifts(tree, policy.modules))
+    drifts.extend(_role_drifts(tree, policy.roles))
+    return AuditReport(tree.root_pid, tuple(processes), tuple(tree.files.values()), tuple(drifts))
+
+
+def module_file_stems(module: str) -> tuple[str, ...]:
+    """The path endings an extension module `a.b._C` may be mapped under."""
+    relative = module.replace(".", "/")
+    return tuple(f"/{relative}{suffix}" for suffix in EXTENSION_SUFFIXES)
+
+
+def under_roots(path: str, roots: Iterable[str]) -> bool:
+    return any(path == root or path.startswith(root.rstrip("/") + "/") for root in roots)
+
+
+# --- one process ---------------------------------------------------------------------------
+
+
+@dataclass
+class _Explainer:
+    """Accumulates the verdicts of one process while its closures are replayed."""
+
+    process: ProcessSnapshot
+    mapped: dict[FileId, MappedFile]
+    verdicts: dict[FileId, ObjectVerdict] = field(default_factory=dict)
+    drifts: list[Drift] = field(default_factory=list)
+
+    def subject(self, path: str) -> str:
+        return f"pid {self.process.pid} ({self.process.role}): {path}"
+
+    def explain(self, obj: LoadedObject, rule: str, reason: str, requester: str | None) -> None:
+        file_id = _file_id(obj)
+        if file_id is None or file_id not in self.mapped or file_id in self.verdicts:
+            return
+        mapped = self.mapped[file_id]
+        self.verdicts[file_id] = ObjectVerdict(
+            mapped.path, file_id, mapped.sha256, rule, reason, requester
+        )
+
+    def check_resolution(self, resolution: Resolution) -> None:
+        """A resolution the emulation made must name a file the process maps."""
+        if resolution.outcome is Outcome.DROPPED:
+            return
+        if resolution.failed or resolution.file_id is None:
+            if self._mapped_by_name(resolution.need) is None:
+                self.drifts.append(
+                    Drift(
+                        kind=DriftKind.UNRESOLVED,
+                        subject=self.subject(resolution.need),
+                        expected=f"{resolution.need} resolvable from {resolution.requester}",
+                        observed=resolution.reason,
+                        why="the emulation finds no file for this need and the process maps "
+                        "nothing of that name",
+                    )
+                )
+            return
+        file_id = FileId(*resolution.file_id)
+        if file_id in self.mapped:
+            return
+        other = self._mapped_by_name(resolution.need)
+        if other is None:
+            self.drifts.append(
+                Drift(
+                    kind=DriftKind.NOT_MAPPED,
+                    subject=self.subject(resolution.need),
+                    expected=f"{resolution.path} ({resolution.reason})",
+                    observed="no mapping of that file or name",
+                    why="the loader emulation predicts this library but the process does not "
+                    "map it",
+                )
+            )
+            return
+        self.drifts.append(_origin_drift(self, resolution, other))
+
+    def _mapped_by_name(self, need: str) -> MappedFile | None:
+        base = posixpath.basename(need)
+        for file_id in self.process.files:
+            mapped = self.mapped.get(file_id)
+            if mapped is not None and mapped.is_elf and posixpath.basename(mapped.path) == base:
+                return mapped
+        return None
+
+
+def _origin_drift(explainer: _Explainer, resolution: Resolution, other: MappedFile) -> Drift:
+    predicted_sha = _sha_of_path(resolution.path)
+    same_bytes = predicted_sha is not None and predicted_sha == other.sha256
+    return Drift(
+        kind=DriftKind.ORIGIN_DRIFT if same_bytes else DriftKind.UNEXPECTED_MAPPING,
+        subject=explainer.subject(resolution.need),
+        expected=f"{resolution.path} ({resolution.reason})",
+        observed=other.path,
+        why="same bytes at another path: the loader mapped a copy from elsewhere"
+        if same_bytes
+        else "the process maps another file under the name the emulation resolves elsewhere",
+    )
+
+
+def _sha_of_path(path: str | None) -> str | None:
+    if path is None:
+        return None
+    try:
+        return sha256_file(path)
+    except NotObservable:
+        return None
+
+
+def _audit_process(
+    process: ProcessSnapshot,
+    files: Mapping[FileId, MappedFile],
+    policy: AuditPolicy,
+    loader: LoaderInputs,
+) -> tuple[ProcessAudit, list[Drift]]:
+    mapped = {fid: files[fid] for fid in process.files if fid in files and files[fid].is_elf}
+    explainer = _Explainer(process, mapped)
+    if process.error is not None or process.exe is None:
+        explainer.drifts.append(
+            Drift(
+                kind=DriftKind.UNREADABLE,
+                subject=f"pid {process.pid}",
+                expected="a readable process of the tree",
+                observed=process.error or "no executable",
+                why="what this process maps cannot be audited",
+            )
+        )
+        return _process_audit(process, explainer), explainer.drifts
+    explainer.drifts.extend(_env_drifts(process, policy.forbidden_env))
+    env_loader = replace(
+        loader,
+        config=replace(
+            loader.config,
+            library_path=process.environ.get("LD_LIBRARY_PATH"),
+            preload=process.environ.get("LD_PRELOAD"),
+        ),
+    )
+    startup = executable_closure(
+        process.exe, config=env_loader.config, cache=env_loader.cache, fs=env_loader.fs
+    )
+    _explain_startup(explainer, startup)
+    _explain_runtime(explainer, startup, env_loader)
+    explainer.drifts.extend(_root_drifts(explainer, policy.allowed_roots))
+    return _process_audit(process, explainer), explainer.drifts
+
+
+def _explain_startup(explainer: _Explainer, startup: Closure) -> None:
+    by_path = {r.path: r for r in startup.resolutions if r.path is not None}
+    for obj in startup.order:
+        resolution = by_path.get(obj.path)
+        if obj.executable:
+            explainer.explain(obj, "executable", "the process's executable", None)
+        elif resolution is not None and resolution.reason.startswith("LD_PRELOAD"):
+            explainer.explain(obj, "preload", resolution.reason, None)
+        else:
+            reason = resolution.reason if resolution else "program interpreter"
+            requester = resolution.requester if resolution else None
+            explainer.explain(obj, "startup", reason, requester)
+    for resolution in startup.resolutions:
+        explainer.check_resolution(resolution)
+
+
+def _explain_runtime(explainer: _Explainer, startup: Closure, loader: LoaderInputs) -> None:
+    """Replay a dlopen of each runtime root, in mapping order, with what is known loaded."""
+    loaded: list[LoadedObject] = list(startup.order)
+    executable = next(obj for obj in startup.order if obj.executable)
+    needed_names = _needed_names(explainer, loader.fs)
+    pending = [fid for fid in explainer.mapped if fid not in explainer.verdicts]
+    # Objects nobody needs by name first: their dependencies are then explained by search.
+    pending.sort(key=lambda fid: _base(explainer.mapped[fid].path) in needed_names)
+    for file_id in pending:
+        if file_id in explainer.verdicts:
+            continue
+        path = explainer.mapped[file_id].path
+        try:
+            closure = dlopen_closure(
+                path,
+                caller=executable,
+                loaded=loaded,
+                config=loader.config,
+                cache=loader.cache,
+                fs=loader.fs,
+            )
+        except ElfError as error:
+            explainer.drifts.append(
+                Drift(
+                    kind=DriftKind.UNREADABLE,
+                    subject=explainer.subject(path),
+                    expected="a readable ELF object",
+                    observed=error.diagnostics().splitlines()[0],
+                    why="the emulation cannot read a file the process maps",
+                )
+            )
+            continue
+        # The first resolution is the dlopen itself; the first new object is the root.
+        dependencies = closure.resolutions[1:]
+        if closure.order:
+            explainer.explain(closure.order[0], "dlopen", "loaded at run time (dlopen)", None)
+        by_path = {r.path: r for r in dependencies if r.path is not None}
+        for obj in closure.order[1:]:
+            resolution = by_path.get(obj.path)
+            if resolution is not None:
+                explainer.explain(obj, "dependency", resolution.reason, resolution.requester)
+        for resolution in dependencies:
+            explainer.check_resolution(resolution)
+        loaded.extend(closure.order)
+
+
+def _needed_names(explainer: _Explainer, fs: FileSystem) -> set[str]:
+    names: set[str] = set()
+    for mapped in explainer.mapped.values():
+        try:
+            info = fs.read_elf(mapped.path)
+        except ElfError:
+            continue
+        if info is not None:
+            names.update(_base(need) for need in info.needed)
+    return names
+
+
+def _base(path: str) -> str:
+    return posixpath.basename(path)
+
+
+def _file_id(obj: LoadedObject) -> FileId | None:
+    return FileId(*obj.file_id) if obj.file_id is not None else None
+
+
+def _process_audit(process: ProcessSnapshot, explainer: _Explainer) -> ProcessAudit:
+    objects = []
+    for file_id, mapped in explainer.mapped.items():
+        verdict = explainer.verdicts.get(file_id)
+        objects.append(
+            verdict or ObjectVerdict(mapped.path, file_id, mapped.sha256, "unexplained", "", None)
+        )
+    return ProcessAudit(
+        pid=process.pid,
+        ppid=process.ppid,
+        role=process.role,
+        name=process.name,
+        exe=process.exe,
+        objects=tuple(objects),
+        error=process.error,
+    )
+
+
+# --- drifts that need no emulation ----------------------------------------------------------
+
+
+def _env_drifts(process: ProcessSnapshot, forbidden: Sequence[str]) -> list[Drift]:
+    return [
+        Drift(
+            kind=DriftKind.FORBIDDEN_ENV,
+            subject=f"pid {process.pid} ({process.role}): {name}",
+            expected=f"{name} unset",
+            observed=f"{name}={process.environ[name]}",
+            why="this variable changes what the loader maps outside every pin",
+        )
+        for name in forbidden
+        if name in process.environ
+    ]
+
+
+def _root_drifts(explainer: _Explainer, roots: Sequence[str]) -> list[Drift]:
+    drifts = []
+    for file_id, mapped in explainer.mapped.items():
+        verdict = explainer.verdicts.get(file_id)
+        rule = verdict.rule if verdict else "unexplained"
+        if rule == "preload":
+            drifts.append(
+                Drift(
+                    kind=DriftKind.UNEXPECTED_MAPPING,
+                    subject=explainer.subject(mapped.path),
+                    expected="no preloaded library",
+                    observed=f"{mapped.path} (sha256 {mapped.sha256})",
+                    why=f"loaded by {verdict.reason if verdict else 'LD_PRELOAD'}",
+                )
+            )
+        elif not under_roots(mapped.path, roots):
+            drifts.append(
+                Drift(
+                    kind=DriftKind.UNEXPECTED_MAPPING,
+                    subject=explainer.subject(mapped.path),
+                    expected="a library under " + ", ".join(roots),
+                    observed=f"{mapped.path} ({rule})",
+                    why="mapped from outside the allowed roots",
+                )
+            )
+    return drifts
+
+
+def _file_drifts(tree: TreeSnapshot) -> list[Drift]:
+    drifts = []
+    for mapped in tree.files.values():
+        if not mapped.is_elf:
+            continue
+        if mapped.deleted or mapped.replaced:
+            state = "replaced on disk" if mapped.replaced else "deleted"
+            drifts.append(
+                Drift(
+                    kind=DriftKind.DELETED_MAPPING,
+                    subject=mapped.path,
+                    expected="the mapped file still at its path",
+                    observed=f"{state} (mapped sha256 {mapped.sha256})",
+                    why="what runs is no longer what is on disk",
+                )
+            )
+    return drifts
+
+
+def _module_drifts(tree: TreeSnapshot, modules: Sequence[str]) -> list[Drift]:
+    elf_paths = [f.path for f in tree.files.values() if f.is_elf]
+    return [
+        Drift(
+            kind=DriftKind.NOT_MAPPED,
+            subject=module,
+            expected=f"{module} mapped by a process of the tree",
+            observed="no process maps a file ending in " + " or ".join(module_file_stems(module)),
+            why="a declared module that no process maps did not run",
+        )
+        for module in modules
+        if not any(path.endswith(module_file_stems(module)) for path in elf_paths)
+    ]
+
+
+def _role_drifts(tree: TreeSnapshot, roles: Mapping[str, int]) -> list[Drift]:
+    counts: dict[str, int] = {}
+    for process in tree.processes:
+        counts[process.role] = counts.get(process.role, 0) + 1
+    return [
+        Drift(
+            kind=DriftKind.PROCESS_ROLES,
+            subject=f"role {role}",
+            expected=str(roles.get(role, 0)),
+            observed=str(counts.get(role, 0)),
+            why="the server runs another process layout than declared",
+        )
+        for role in sorted(set(roles) | set(counts))
+        if roles and roles.get(role, 0) != counts.get(role, 0)
+    ]

@@ -1,0 +1,200 @@
+"""The live truth of a running server: every process, every ELF it maps, whether predicted.
+
+`repro audit --pid P` or `--port N` snapshots the whole process tree, hashes each mapped ELF
+once, replays the loader emulation for every process and reports each disagreement as a drift.
+Exit 0 when there is none, 1 when there is, 3 when the tree cannot be observed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections import Counter
+from pathlib import Path
+
+from rich.progress import Progress, SpinnerColumn, TextColumn
+
+from builder.audit import AuditPolicy, AuditReport, LoaderInputs, ObjectVerdict, judge
+from builder.errors import BadInput, ExitCode
+from builder.loaderhost import HostFileSystem, host_config, read_cache
+from builder.observe.processes import pid_listening_on, snapshot_tree
+from builder.render import console, drift_table, table, write_json
+
+
+def configure_parser(parser: argparse.ArgumentParser) -> None:
+    target = parser.add_mutually_exclusive_group(required=True)
+    target.add_argument("--pid", type=int, help="root process of the tree to audit")
+    target.add_argument("--port", type=int, help="audit the tree of the process listening here")
+    parser.add_argument(
+        "--allow-root",
+        action="append",
+        default=[],
+        metavar="DIR",
+        help="a directory libraries may be mapped from (repeatable); default: the loader's "
+        "system directories and the installation prefix of each process's executable",
+    )
+    parser.add_argument(
+        "--module",
+        action="append",
+        default=[],
+        metavar="NAME",
+        help="an extension module some process must map, e.g. vllm._C (repeatable)",
+    )
+    parser.add_argument(
+        "--role",
+        action="append",
+        default=[],
+        metavar="ROLE=COUNT",
+        help="expected number of processes of a role, e.g. worker=1 (repeatable)",
+    )
+    parser.add_argument("--objects", action="store_true", help="list every mapped ELF")
+    parser.add_argument("--json", action="store_true", help="machine-readable report")
+
+
+def execute(args: argparse.Namespace) -> int:
+    pid = args.pid if args.pid is not None else pid_listening_on(args.port)
+    report = audit_tree(
+        pid,
+        allowed_roots=tuple(args.allow_root),
+        modules=tuple(args.module),
+        roles=parse_roles(args.role),
+        show_progress=not args.json,
+    )
+    if args.json:
+        write_json(report_document(report))
+    else:
+        print_report(report, objects=args.objects)
+    return int(ExitCode.PASS if report.passed else ExitCode.CHECK_FAILED)
+
+
+def audit_tree(
+    pid: int,
+    *,
+    allowed_roots: tuple[str, ...] = (),
+    modules: tuple[str, ...] = (),
+    roles: dict[str, int] | None = None,
+    show_progress: bool = True,
+) -> AuditReport:
+    """Snapshot the tree of `pid` and judge it against this host's loader."""
+    config = host_config()
+    with Progress(
+        SpinnerColumn(), TextColumn("{task.description}"), transient=True,
+        disable=not show_progress or not sys.stderr.isatty(),
+    ) as progress:  # fmt: skip
+        task = progress.add_task("reading mappings")
+        tree = snapshot_tree(
+            pid, progress=lambda path: progress.update(task, description=f"hashing {path}")
+        )
+    roots = allowed_roots or default_roots(
+        config.system_dirs, [p.exe for p in tree.processes], [p.cmdline for p in tree.processes]
+    )
+    policy = AuditPolicy(
+        allowed_roots=tuple(str(Path(root).resolve()) for root in roots),
+        modules=modules,
+        roles=roles or {},
+    )
+    loader = LoaderInputs(config=config, cache=read_cache(), fs=HostFileSystem.here())
+    return judge(tree, policy, loader)
+
+
+def default_roots(
+    system_dirs: tuple[str, ...],
+    executables: list[str | None],
+    cmdlines: list[tuple[str, ...]],
+) -> tuple[str, ...]:
+    """The loader's system directories and the prefix (`bin/..`) of every executable, both the
+    real one and the one it was started as (a virtual environment's `bin/python` link)."""
+    prefixes = {str(Path(exe).parent.parent) for exe in executables if exe}
+    prefixes |= {
+        str(Path(argv[0]).parent.parent)
+        for argv in cmdlines
+        if argv and argv[0].startswith("/") and Path(argv[0]).parent.name == "bin"
+    }
+    return (*system_dirs, *sorted(prefixes))
+
+
+def parse_roles(values: list[str]) -> dict[str, int]:
+    roles: dict[str, int] = {}
+    for value in values:
+        name, _, count = value.partition("=")
+        if not name or not count.isdigit():
+            raise BadInput(
+                "malformed --role", where="--role", expected="ROLE=COUNT", found=repr(value)
+            )
+        roles[name] = int(count)
+    return roles
+
+
+def report_document(report: AuditReport) -> dict[str, object]:
+    return {
+        "root_pid": report.root_pid,
+        "passed": report.passed,
+        "processes": [
+            {
+                "pid": p.pid,
+                "ppid": p.ppid,
+                "role": p.role,
+                "name": p.name,
+                "exe": p.exe,
+                "error": p.error,
+                "objects": [
+                    {
+                        "path": o.path,
+                        "file_id": str(o.file_id),
+                        "sha256": o.sha256,
+                        "rule": o.rule,
+                        "reason": o.reason,
+                        "requester": o.requester,
+                    }
+                    for o in p.objects
+                ],
+            }
+            for p in report.processes
+        ],
+        "files": len([f for f in report.files if f.is_elf]),
+        "drifts": [d.model_dump(mode="json") for d in report.drifts],
+    }
+
+
+def _rule_counts(objects: tuple[ObjectVerdict, ...]) -> str:
+    return ", ".join(f"{rule} {n}" for rule, n in Counter(o.rule for o in objects).items())
+
+
+def print_report(report: AuditReport, *, objects: bool) -> None:
+    out = console()
+    out.print(
+        table(
+            f"process tree of pid {report.root_pid}",
+            ("pid", "ppid", "role", "name", "ELF objects", "by rule"),
+            (
+                (
+                    p.pid,
+                    p.ppid,
+                    p.role,
+                    p.name,
+                    len(p.objects),
+                    ", ".join(
+                        f"{rule} {n}" for rule, n in Counter(o.rule for o in p.objects).items()
+                    )
+                    if p.error is None
+                    else p.error,
+                )
+                for p in report.processes
+            ),
+        )
+    )
+    if objects:
+        for process in report.processes:
+            out.print(
+                table(
+                    f"pid {process.pid} ({process.role})",
+                    ("path", "rule", "reason"),
+                    ((o.path, o.rule, o.reason) for o in process.objects),
+                )
+            )
+    distinct = len([f for f in report.files if f.is_elf])
+    if report.passed:
+        out.print(f"PASS: {distinct} distinct ELF files, every mapping explained by a loader rule")
+    else:
+        out.print(drift_table(report.drifts))
+        out.print(f"FAIL: {len(report.drifts)} drift(s) over {distinct} distinct ELF files")
