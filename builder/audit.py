@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import importlib.machinery
 import posixpath
+import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
@@ -53,6 +54,8 @@ class AuditPolicy:
     modules: tuple[str, ...] = ()
     forbidden_env: tuple[str, ...] = DEFAULT_FORBIDDEN_ENV
     roles: Mapping[str, int] = field(default_factory=dict)
+    preload: tuple[str, ...] = ()
+    """Real paths the stack itself may put in LD_PRELOAD; any other entry is drift."""
 
 
 @dataclass(frozen=True)
@@ -233,7 +236,7 @@ def _audit_process(
             )
         )
         return _process_audit(process, explainer), explainer.drifts
-    explainer.drifts.extend(_env_drifts(process, policy.forbidden_env))
+    explainer.drifts.extend(_env_drifts(process, policy, loader.fs))
     env_loader = replace(
         loader,
         config=replace(
@@ -247,7 +250,7 @@ def _audit_process(
     )
     _explain_startup(explainer, startup)
     _explain_runtime(explainer, startup, env_loader)
-    explainer.drifts.extend(_root_drifts(explainer, policy.allowed_roots))
+    explainer.drifts.extend(_root_drifts(explainer, policy))
     return _process_audit(process, explainer), explainer.drifts
 
 
@@ -354,26 +357,42 @@ def _process_audit(process: ProcessSnapshot, explainer: _Explainer) -> ProcessAu
 # --- drifts that need no emulation ----------------------------------------------------------
 
 
-def _env_drifts(process: ProcessSnapshot, forbidden: Sequence[str]) -> list[Drift]:
-    return [
-        Drift(
-            kind=DriftKind.FORBIDDEN_ENV,
-            subject=f"pid {process.pid} ({process.role}): {name}",
-            expected=f"{name} unset",
-            observed=f"{name}={process.environ[name]}",
-            why="this variable changes what the loader maps outside every pin",
-        )
-        for name in forbidden
-        if name in process.environ
-    ]
-
-
-def _root_drifts(explainer: _Explainer, roots: Sequence[str]) -> list[Drift]:
+def _env_drifts(process: ProcessSnapshot, policy: AuditPolicy, fs: FileSystem) -> list[Drift]:
     drifts = []
+    for name in policy.forbidden_env:
+        value = process.environ.get(name)
+        if value is None:
+            continue
+        if name == "LD_PRELOAD" and _declared_preload(value, policy.preload, fs):
+            continue
+        expected = f"{name} unset"
+        if name == "LD_PRELOAD" and policy.preload:
+            expected += " or only " + ":".join(policy.preload)
+        drifts.append(
+            Drift(
+                kind=DriftKind.FORBIDDEN_ENV,
+                subject=f"pid {process.pid} ({process.role}): {name}",
+                expected=expected,
+                observed=f"{name}={value}",
+                why="this variable changes what the loader maps outside every pin",
+            )
+        )
+    return drifts
+
+
+def _declared_preload(value: str, declared: Sequence[str], fs: FileSystem) -> bool:
+    """Every entry of LD_PRELOAD (split as rtld.c does) is a declared preload library."""
+    entries = [entry for entry in re.split(r"[: \t]", value) if entry]
+    return all(fs.realpath(entry) in declared for entry in entries)
+
+
+def _root_drifts(explainer: _Explainer, policy: AuditPolicy) -> list[Drift]:
+    drifts = []
+    roots = policy.allowed_roots
     for file_id, mapped in explainer.mapped.items():
         verdict = explainer.verdicts.get(file_id)
         rule = verdict.rule if verdict else "unexplained"
-        if rule == "preload":
+        if rule == "preload" and mapped.path not in policy.preload:
             drifts.append(
                 Drift(
                     kind=DriftKind.UNEXPECTED_MAPPING,

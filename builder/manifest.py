@@ -398,6 +398,10 @@ class Native(_Frozen):
     """Directories any mapped ELF may come from; placeholders allowed."""
     allowed_mappings: tuple[NonEmpty, ...] = ()
     """Runtime-created mappings that are allowed (e.g. a JIT cache directory)."""
+    preload: tuple[NonEmpty, ...] = ()
+    """Libraries the stack itself puts in LD_PRELOAD for its own children (vLLM's CPU platform
+    preloads torch's libgomp); placeholders allowed. LD_PRELOAD stays forbidden: a process whose
+    LD_PRELOAD names anything else is drift."""
     forbidden_env: tuple[EnvName, ...] = ()
     """Forbidden in addition to LD_PRELOAD and LD_AUDIT, which are always forbidden."""
 
@@ -740,7 +744,7 @@ class Manifest(_Frozen):
             yield from (((*at, "env", k), v) for k, v in profile.env.items())
 
     def _native_templates(self) -> Iterable[tuple[Loc, str]]:
-        for key in ("allowed_roots", "allowed_mappings"):
+        for key in ("allowed_roots", "allowed_mappings", "preload"):
             paths: tuple[str, ...] = getattr(self.native, key)
             yield from ((("native", key, i), path) for i, path in enumerate(paths))
 

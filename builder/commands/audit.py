@@ -8,16 +8,15 @@ Exit 0 when there is none, 1 when there is, 3 when the tree cannot be observed.
 from __future__ import annotations
 
 import argparse
-import sys
 from collections import Counter
 from pathlib import Path
 
-from rich.progress import Progress, SpinnerColumn, TextColumn
-
-from builder.audit import AuditPolicy, AuditReport, LoaderInputs, ObjectVerdict, judge
+from builder.audit import AuditReport, ObjectVerdict
 from builder.errors import BadInput, ExitCode
-from builder.loaderhost import HostFileSystem, host_config, read_cache
-from builder.observe.processes import pid_listening_on, snapshot_tree
+from builder.loaderhost import host_config
+from builder.manifest import Manifest
+from builder.observe.native import judge_tree, observe_tree, policy_from_flags, policy_from_manifest
+from builder.observe.processes import pid_listening_on
 from builder.render import console, drift_table, table, write_json
 
 
@@ -47,70 +46,42 @@ def configure_parser(parser: argparse.ArgumentParser) -> None:
         metavar="ROLE=COUNT",
         help="expected number of processes of a role, e.g. worker=1 (repeatable)",
     )
+    parser.add_argument(
+        "--allow-preload",
+        action="append",
+        default=[],
+        metavar="FILE",
+        help="a library the stack itself may put in LD_PRELOAD (repeatable)",
+    )
+    parser.add_argument(
+        "--manifest",
+        type=Path,
+        help="take allowed roots, modules, preloads and roles from a manifest instead",
+    )
     parser.add_argument("--objects", action="store_true", help="list every mapped ELF")
     parser.add_argument("--json", action="store_true", help="machine-readable report")
 
 
 def execute(args: argparse.Namespace) -> int:
     pid = args.pid if args.pid is not None else pid_listening_on(args.port)
-    report = audit_tree(
-        pid,
-        allowed_roots=tuple(args.allow_root),
-        modules=tuple(args.module),
-        roles=parse_roles(args.role),
-        show_progress=not args.json,
-    )
+    tree = observe_tree(pid, show_progress=not args.json)
+    if args.manifest is not None:
+        policy = policy_from_manifest(Manifest.from_path(args.manifest))
+    else:
+        policy = policy_from_flags(
+            tree,
+            host_config().system_dirs,
+            allowed_roots=args.allow_root,
+            modules=args.module,
+            roles=parse_roles(args.role),
+            preload=args.allow_preload,
+        )
+    report = judge_tree(tree, policy)
     if args.json:
         write_json(report_document(report))
     else:
         print_report(report, objects=args.objects)
     return int(ExitCode.PASS if report.passed else ExitCode.CHECK_FAILED)
-
-
-def audit_tree(
-    pid: int,
-    *,
-    allowed_roots: tuple[str, ...] = (),
-    modules: tuple[str, ...] = (),
-    roles: dict[str, int] | None = None,
-    show_progress: bool = True,
-) -> AuditReport:
-    """Snapshot the tree of `pid` and judge it against this host's loader."""
-    config = host_config()
-    with Progress(
-        SpinnerColumn(), TextColumn("{task.description}"), transient=True,
-        disable=not show_progress or not sys.stderr.isatty(),
-    ) as progress:  # fmt: skip
-        task = progress.add_task("reading mappings")
-        tree = snapshot_tree(
-            pid, progress=lambda path: progress.update(task, description=f"hashing {path}")
-        )
-    roots = allowed_roots or default_roots(
-        config.system_dirs, [p.exe for p in tree.processes], [p.cmdline for p in tree.processes]
-    )
-    policy = AuditPolicy(
-        allowed_roots=tuple(str(Path(root).resolve()) for root in roots),
-        modules=modules,
-        roles=roles or {},
-    )
-    loader = LoaderInputs(config=config, cache=read_cache(), fs=HostFileSystem.here())
-    return judge(tree, policy, loader)
-
-
-def default_roots(
-    system_dirs: tuple[str, ...],
-    executables: list[str | None],
-    cmdlines: list[tuple[str, ...]],
-) -> tuple[str, ...]:
-    """The loader's system directories and the prefix (`bin/..`) of every executable, both the
-    real one and the one it was started as (a virtual environment's `bin/python` link)."""
-    prefixes = {str(Path(exe).parent.parent) for exe in executables if exe}
-    prefixes |= {
-        str(Path(argv[0]).parent.parent)
-        for argv in cmdlines
-        if argv and argv[0].startswith("/") and Path(argv[0]).parent.name == "bin"
-    }
-    return (*system_dirs, *sorted(prefixes))
 
 
 def parse_roles(values: list[str]) -> dict[str, int]:

@@ -102,6 +102,7 @@ def _native(manifest: Manifest) -> dict[str, Any]:
         "kernel_sets": list(native.kernel_sets),
         "allowed_roots": list(native.allowed_roots),
         "allowed_mappings": list(native.allowed_mappings),
+        "preload": list(native.preload),
         "forbidden_env": list(native.forbidden_environment),
     }
 

@@ -1,0 +1,83 @@
+"""Live native facts: a running tree judged against a policy, from flags or from a manifest.
+
+The assembly of the live audit: this host's loader configuration and cache, the snapshot of
+the tree, and the policy (allowed roots, declared modules and preloads, roles). The judgement
+itself is `builder.audit.judge`.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+from rich.progress import Progress, SpinnerColumn, TextColumn
+
+from builder.audit import AuditPolicy, AuditReport, LoaderInputs, judge
+from builder.loaderhost import HostFileSystem, host_config, read_cache
+from builder.manifest import Manifest
+from builder.observe.processes import TreeSnapshot, snapshot_tree
+from builder.observe.python import expand_all, path_values
+
+
+def policy_from_manifest(manifest: Manifest) -> AuditPolicy:
+    """The manifest's `[native]` and `[launch.processes]` with placeholders expanded."""
+    values = path_values(manifest)
+    native = manifest.native
+    return AuditPolicy(
+        allowed_roots=_real(expand_all(native.allowed_roots, values)),
+        modules=native.modules,
+        forbidden_env=native.forbidden_environment,
+        roles=dict(manifest.launch.processes),
+        preload=_real(expand_all(native.preload, values)),
+    )
+
+
+def policy_from_flags(
+    tree: TreeSnapshot,
+    system_dirs: Sequence[str],
+    *,
+    allowed_roots: Sequence[str],
+    modules: Sequence[str],
+    roles: dict[str, int],
+    preload: Sequence[str],
+) -> AuditPolicy:
+    """Without a manifest: the roots given, else the loader's system directories and the
+    prefix (`bin/..`) of every executable, both the real one and the one it was started as."""
+    roots = tuple(allowed_roots) or (*system_dirs, *_executable_prefixes(tree))
+    return AuditPolicy(
+        allowed_roots=_real(roots), modules=tuple(modules), roles=roles, preload=_real(preload)
+    )
+
+
+def observe_tree(pid: int, *, show_progress: bool) -> TreeSnapshot:
+    with Progress(
+        SpinnerColumn(),
+        TextColumn("{task.description}"),
+        transient=True,
+        disable=not show_progress or not sys.stderr.isatty(),
+    ) as progress:
+        task = progress.add_task("reading mappings")
+        return snapshot_tree(
+            pid, progress=lambda path: progress.update(task, description=f"hashing {path}")
+        )
+
+
+def judge_tree(tree: TreeSnapshot, policy: AuditPolicy) -> AuditReport:
+    """Judge `tree` with this host's loader, cache and files."""
+    loader = LoaderInputs(config=host_config(), cache=read_cache(), fs=HostFileSystem.here())
+    return judge(tree, policy, loader)
+
+
+def _executable_prefixes(tree: TreeSnapshot) -> list[str]:
+    prefixes = {str(Path(p.exe).parent.parent) for p in tree.processes if p.exe}
+    prefixes |= {
+        str(Path(p.cmdline[0]).parent.parent)
+        for p in tree.processes
+        if p.cmdline and p.cmdline[0].startswith("/") and Path(p.cmdline[0]).parent.name == "bin"
+    }
+    return sorted(prefixes)
+
+
+def _real(paths: Sequence[str]) -> tuple[str, ...]:
+    return tuple(str(Path(path).resolve()) for path in paths)

@@ -1,0 +1,39 @@
+"""From a manifest's `[launch]` to the exact argv and environment of a server start.
+
+The manifest owns the launch; this module only expands its placeholders for one profile on
+this host. The environment is whole, never inherited: the venv's `bin` and the system's on
+PATH, a private HOME and TMPDIR under the run directory, then the manifest's variables.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from builder.manifest import Manifest, expand
+from builder.observe.python import path_values
+from launch.server import ServerSpec
+
+
+def server_spec(
+    manifest: Manifest, profile: str, workdir: Path, *, port: int | None = None
+) -> ServerSpec:
+    launch = manifest.launch
+    values = {**path_values(manifest), "port": str(port or launch.port)}
+    home, tmp = workdir / "home", workdir / "tmp"
+    home.mkdir(parents=True, exist_ok=True)
+    tmp.mkdir(parents=True, exist_ok=True)
+    env = {
+        "PATH": f"{values['venv']}/bin:/usr/bin:/bin",
+        "HOME": str(home),
+        "TMPDIR": str(tmp),
+        **{name: expand(value, values) for name, value in launch.env_for(profile).items()},
+    }
+    return ServerSpec(
+        argv=tuple(expand(arg, values) for arg in launch.argv_for(profile)),
+        env=env,
+        port=int(values["port"]),
+        log_path=workdir / "server.log",
+        readiness_path=launch.readiness.path,
+        ready_timeout_s=launch.start_timeout_s,
+        stop_timeout_s=launch.stop_timeout_s,
+    )
