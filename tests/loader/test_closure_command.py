@@ -1,0 +1,81 @@
+"""`repro closure` in-process: the tree, the JSON document and the exit codes."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from builder.cli import main
+from builder.loaderhost import HostFileSystem
+
+from .conftest import Build, run_judge
+
+
+def test_json_names_every_resolved_library_with_path_and_reason(
+    build: Build, capsys: pytest.CaptureFixture[str]
+) -> None:
+    build.lib("lib/libfoo.so")
+    exe = build.exe("bin/app", needed=["lib/libfoo.so"], runpath="$ORIGIN/../lib")
+
+    code = main(["closure", "--no-env", "--json", str(exe)])
+
+    document = json.loads(capsys.readouterr().out)
+    assert code == 0
+    assert document["version"] == 1
+    libraries = {entry["need"]: entry for entry in document["files"][0]["libraries"]}
+    assert libraries["libfoo.so"]["path"] == f"{build.root}/bin/../lib/libfoo.so"
+    assert libraries["libfoo.so"]["reason"] == f"RUNPATH of {exe}"
+    assert libraries["libfoo.so"]["element"] == "$ORIGIN/../lib"
+    fs = HostFileSystem("/")
+    mapped = run_judge(exe)
+    ids = {tuple(o["file_id"]) for o in document["files"][0]["order"]}
+    assert ids == mapped.ids
+    assert {fs.realpath(o["path"]) for o in document["files"][0]["order"]} == {
+        path for _, path in mapped.files
+    }
+
+
+def test_missing_library_exits_1_and_lists_numbered_places(
+    build: Build, capsys: pytest.CaptureFixture[str]
+) -> None:
+    build.lib("gone/libgone.so")
+    exe = build.exe("bin/app", needed=["gone/libgone.so"], runpath=f"{build.root}/nowhere")
+
+    code = main(["closure", "--no-env", str(exe)])
+
+    out = capsys.readouterr().out
+    assert code == 1
+    assert "libgone.so NOT FOUND: not found" in out
+    assert f"1. {build.root}/nowhere/" in out
+    assert "/usr/lib/libgone.so  (default path: absent)" in out
+
+
+def test_ld_library_path_option_replaces_the_environment(
+    build: Build, capsys: pytest.CaptureFixture[str]
+) -> None:
+    build.lib("env/libfoo.so")
+    exe = build.exe("bin/app", needed=["env/libfoo.so"])
+
+    code = main(["closure", "--no-env", "--ld-library-path", f"{build.root}/env", str(exe)])
+
+    assert code == 0
+    assert f"libfoo.so => {build.root}/env/libfoo.so [LD_LIBRARY_PATH]" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize(
+    ("content", "message"),
+    [(None, "error: no such file"), (b"#!/bin/sh\n", "error: not an ELF file")],
+)
+def test_bad_input_exits_2_with_the_reason(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], content: bytes | None, message: str
+) -> None:
+    target = tmp_path / "input"
+    if content is not None:
+        target.write_bytes(content)
+
+    code = main(["closure", str(target)])
+
+    assert code == 2
+    assert capsys.readouterr().err.startswith(f"{message}\n  where:    {target}")
