@@ -242,7 +242,7 @@ def _parse_new(data: bytes, start: int, source: str) -> tuple[CacheEntry, ...]:
     table_end = start + _NEW_HEADER.size + nlibs * _NEW_ENTRY.size
     if len(data) < table_end:
         raise _truncated(source, table_end, len(data), f"{nlibs} entries")
-    hwcaps = _hwcaps_names(data, ext_offset, source)
+    hwcaps = _hwcaps_names(data, ext_offset)
     return tuple(
         _entry(data, start, start + _NEW_HEADER.size + i * _NEW_ENTRY.size, hwcaps, source)
         for i in range(nlibs)
@@ -266,31 +266,30 @@ def _entry(data: bytes, start: int, at: int, hwcaps: tuple[str, ...], source: st
     return CacheEntry(flags, entry.name, entry.path, os_version, hwcap, subdir)
 
 
-def _hwcaps_names(data: bytes, ext_offset: int, source: str) -> tuple[str, ...]:
-    """The glibc-hwcaps section of the extension directory: string offsets from file start."""
-    if ext_offset == 0:
+def _hwcaps_names(data: bytes, ext_offset: int) -> tuple[str, ...]:
+    """The glibc-hwcaps section of the extension directory (offsets from the file start).
+
+    Like glibc's `cache_extension_load`, an extension directory that does not check out is
+    ignored rather than refused: its entries then match no subdirectory and are never used.
+    """
+    if ext_offset == 0 or ext_offset % 4 or len(data) < ext_offset + 8:
         return ()
-    if ext_offset % 4 or len(data) < ext_offset + 8:
-        raise _truncated(source, ext_offset + 8, len(data), "the extension directory")
     magic, count = struct.unpack_from("<II", data, ext_offset)
-    if magic != _EXTENSION_MAGIC:
-        raise BadInput(
-            "ld.so cache extension directory has a bad magic number",
-            where=f"{source} at offset {ext_offset}",
-            expected=f"{_EXTENSION_MAGIC:#x}",
-            found=f"{magic:#x}",
-        )
+    if magic != _EXTENSION_MAGIC or len(data) < ext_offset + 8 + 16 * count:
+        return ()
     for index in range(count):
-        at = ext_offset + 8 + 16 * index
-        if len(data) < at + 16:
-            raise _truncated(source, at + 16, len(data), "the extension directory")
-        tag, _, offset, size = struct.unpack_from("<IIII", data, at)
+        tag, _, offset, size = struct.unpack_from("<IIII", data, ext_offset + 8 + 16 * index)
+        if offset + size > len(data):
+            return ()
         if tag == _EXTENSION_TAG_HWCAPS and size and size % 4 == 0 and offset % 4 == 0:
-            if len(data) < offset + size:
-                raise _truncated(source, offset + size, len(data), "the glibc-hwcaps section")
             indices = struct.unpack_from(f"<{size // 4}I", data, offset)
-            return tuple(_string(data, i, source) for i in indices)
+            return tuple(_c_string(data, i) for i in indices)
     return ()
+
+
+def _c_string(data: bytes, offset: int) -> str:
+    end = data.find(b"\0", offset)
+    return data[offset : end if end >= 0 else len(data)].decode("utf-8", "surrogateescape")
 
 
 def _string(data: bytes, offset: int, source: str) -> str:
