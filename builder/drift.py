@@ -20,6 +20,7 @@ class DriftKind(StrEnum):
     FORBIDDEN_ENV = "forbidden-env"
     UNREADABLE = "unreadable"
     PROCESS_ROLES = "process-roles"
+    MODEL_FILE = "model-file"
 
 
 class Drift(BaseModel):

@@ -90,6 +90,22 @@ class Architecture:
 
 
 ARCHITECTURE = Architecture()
+REPO_ID = "repro/tiny-llama"
+
+
+def revision() -> str:
+    """The model's immutable revision: the git tree id of its files, as `git write-tree` over
+    the generated directory gives it (mode 100644 blobs, names in byte order)."""
+    entries = b"".join(
+        b"100644 " + name.encode() + b"\0" + _git_object(b"blob", content)
+        for name, content in sorted(_files(ARCHITECTURE).items())
+    )
+    return _git_object(b"tree", entries).hex()
+
+
+def _git_object(kind: bytes, content: bytes) -> bytes:
+    header = kind + b" " + str(len(content)).encode() + b"\0"
+    return hashlib.sha1(header + content, usedforsecurity=False).digest()
 
 
 def generate(dest: Path) -> dict[str, str]:

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import shutil
+import subprocess
 import tomllib
 from pathlib import Path
 
@@ -102,3 +104,17 @@ def test_tokenizer_config_carries_a_chat_template_using_declared_tokens(model_di
         assert marker in tokenizer_config["chat_template"]
     assert "'<|' + message['role'] + '|>" in tokenizer_config["chat_template"]
     assert {"<|system|>", "<|user|>", "<|assistant|>", "<|end|>"} <= declared
+
+
+def test_revision_is_the_git_tree_id_git_itself_computes(model_dir: Path, tmp_path: Path) -> None:
+    repo = tmp_path / "git"
+    shutil.copytree(model_dir, repo)
+    git = ["git", "-C", str(repo), "-c", "core.autocrlf=false"]
+    subprocess.run([*git, "init", "-q"], check=True)
+    subprocess.run([*git, "add", "."], check=True)
+    tree = subprocess.run([*git, "write-tree"], check=True, capture_output=True, text=True)
+    assert tinymodel.revision() == tree.stdout.strip()
+    manifest = tomllib.loads(MANIFEST.read_text())
+    (target,) = [model for model in manifest["model"] if model["role"] == "target"]
+    assert target["revision"] == tinymodel.revision()
+    assert target["repo"] == tinymodel.REPO_ID
