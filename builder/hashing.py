@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import hashlib
-from pathlib import Path
 import io
+from pathlib import Path
 
 from builder.errors import NotObservable
 
