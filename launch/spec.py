@@ -7,6 +7,7 @@ PATH, a private HOME and TMPDIR under the run directory, then the manifest's var
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from pathlib import Path
 
 from builder.manifest import Manifest, expand
@@ -15,10 +16,20 @@ from launch.server import ServerSpec
 
 
 def server_spec(
-    manifest: Manifest, profile: str, workdir: Path, *, port: int | None = None
+    manifest: Manifest,
+    profile: str,
+    workdir: Path,
+    *,
+    port: int | None = None,
+    models: Mapping[str, Path] | None = None,
 ) -> ServerSpec:
+    """The start of `profile`; `port` and `models` (role → directory) replace the manifest's."""
     launch = manifest.launch
-    values = {**path_values(manifest), "port": str(port or launch.port)}
+    values = {
+        **path_values(manifest),
+        **{f"model.{role}": str(path) for role, path in (models or {}).items()},
+        "port": str(port or launch.port),
+    }
     home, tmp = workdir / "home", workdir / "tmp"
     home.mkdir(parents=True, exist_ok=True)
     tmp.mkdir(parents=True, exist_ok=True)

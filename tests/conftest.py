@@ -14,10 +14,13 @@ from pathlib import Path
 import pytest
 
 from builder import tinymodel
+from builder.manifest import Manifest
 from launch import server as lifecycle
+from launch.spec import server_spec
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 SERVE_VENV = REPO_ROOT / ".venv-serve"
+TINY_MANIFEST = REPO_ROOT / "manifests" / "tiny-cpu.toml"
 TINY_MODEL_NAME = "tiny"
 
 
@@ -37,46 +40,22 @@ TinyServerSpec = Callable[[Path, int, Path], lifecycle.ServerSpec]
 
 
 def tiny_server_spec(model_dir: Path, port: int, workdir: Path) -> lifecycle.ServerSpec:
-    """The tiny model's server: argv and the whole environment; its log and scratch in `workdir`.
-
-    Float32 (bfloat16 kills the worker with SIGILL on these CPUs), eager mode (no compile
-    step), a 1 GiB KV cache, nothing fetched from the network. Prefix caching keeps vLLM's
-    default (on); the oracle's prompts are shorter than one 128-token block, so nothing is reused.
-    """
-    python = SERVE_VENV / "bin" / "python"
-    (workdir / "home").mkdir(parents=True, exist_ok=True)
-    (workdir / "tmp").mkdir(parents=True, exist_ok=True)
-    argv = (
-        str(python), "-m", "vllm.entrypoints.openai.api_server",
-        "--model", str(model_dir),
-        "--served-model-name", TINY_MODEL_NAME,
-        "--dtype", "float32",
-        "--max-model-len", "2048",
-        "--enforce-eager",
-        "--enable-prompt-tokens-details",
-        "--seed", "0",
-        "--host", "127.0.0.1",
-        "--port", str(port),
-    )  # fmt: skip
-    env = {
-        "PATH": f"{SERVE_VENV / 'bin'}:/usr/bin:/bin",
-        "HOME": str(workdir / "home"),
-        "TMPDIR": str(workdir / "tmp"),
-        "LANG": "C.UTF-8",
-        "PYTHONHASHSEED": "0",
-        "VLLM_CPU_KVCACHE_SPACE": "1",
-        "VLLM_NO_USAGE_STATS": "1",
-        "DO_NOT_TRACK": "1",
-        "HF_HUB_OFFLINE": "1",
-    }
-    return lifecycle.ServerSpec(
-        argv=argv, env=env, port=port, log_path=workdir / "server.log", ready_timeout_s=240.0
+    """The embedded default's candidate start, exactly as `manifests/tiny-cpu.toml` declares it,
+    on another model directory, port and run directory."""
+    return server_spec(
+        Manifest.from_path(TINY_MANIFEST),
+        "candidate",
+        workdir,
+        port=port,
+        models={"target": model_dir},
     )
 
 
 def _require_serving_env() -> None:
+    """A missing serving environment fails: a skip would hide that no real server ran.
+    `make test` builds it; deselect with `-m "not server"` to run without it."""
     if not (SERVE_VENV / "bin" / "python").is_file():
-        pytest.skip(f"no serving environment at {SERVE_VENV}: run scripts/setup-serve.sh")
+        pytest.fail(f"no serving environment at {SERVE_VENV}: run `make serve-env`")
 
 
 @pytest.fixture

@@ -1,0 +1,154 @@
+"""`repro audit` on the real vLLM CPU server of the embedded default.
+
+The whole tree (API server, resource tracker, EngineCore, Worker) and its ~150 ELF objects must
+be explained by the loader emulation under the manifest's policy; the same stack without the
+manifest shows vLLM's own LD_PRELOAD; a library injected with LD_PRELOAD is refused by name.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import subprocess
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from conftest import TINY_MANIFEST, TinyServer, TinyServerSpec
+
+from builder.cli import main
+from launch import server as lifecycle
+
+pytestmark = pytest.mark.server
+
+RULES = {"executable", "startup", "preload", "dlopen", "dependency"}
+ROLES = ["api_server", "engine_core", "resource_tracker", "worker"]
+
+
+def audit_json(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, dict[str, Any]]:
+    code = main(["audit", *args, "--json"])
+    document: dict[str, Any] = json.loads(capsys.readouterr().out)
+    return code, document
+
+
+def test_every_mapping_of_every_process_is_explained_under_the_manifest(
+    tiny_server: TinyServer, capsys: pytest.CaptureFixture[str]
+) -> None:
+    code, report = audit_json(
+        capsys, "--port", str(tiny_server.port), "--manifest", str(TINY_MANIFEST)
+    )
+    assert report["drifts"] == []
+    assert code == 0
+    assert report["version"] == 1
+    assert sorted(p["role"] for p in report["processes"]) == ROLES
+    assert 100 <= report["files"] <= 250
+    for process in report["processes"]:
+        assert process["error"] is None
+        for obj in process["objects"]:
+            assert obj["rule"] in RULES, obj
+            assert obj["reason"], obj
+        paths = [o["path"] for o in process["objects"]]
+        assert len(paths) == len(set(paths)), "each file once per process"
+    worker = next(p for p in report["processes"] if p["role"] == "worker")
+    assert len(worker["objects"]) >= 100
+    c_ext = next(o for o in worker["objects"] if o["path"].endswith("/vllm/_C.abi3.so"))
+    assert c_ext["rule"] == "dlopen"
+    libc10 = next(o for o in worker["objects"] if o["path"].endswith("/torch/lib/libc10.so"))
+    assert libc10["rule"] == "dependency"
+
+
+def test_without_the_manifest_vllms_own_preload_of_libgomp_is_reported(
+    tiny_server: TinyServer, capsys: pytest.CaptureFixture[str]
+) -> None:
+    code, report = audit_json(capsys, "--pid", str(tiny_server.pid))
+    assert code == 1
+    kinds = {d["kind"] for d in report["drifts"]}
+    assert kinds == {"forbidden-env", "unexpected-mapping"}
+    for drift in report["drifts"]:
+        assert "torch/lib/libgomp.so.1" in drift["observed"], drift
+    preloading = {d["subject"].split(" ")[2].strip("():") for d in report["drifts"]}
+    assert preloading <= {"resource_tracker", "engine_core", "worker"}
+    assert "api_server" not in preloading, "vLLM sets LD_PRELOAD for the processes it spawns"
+
+
+def test_a_declared_module_no_process_maps_is_drift(
+    tiny_server: TinyServer, capsys: pytest.CaptureFixture[str]
+) -> None:
+    code, report = audit_json(
+        capsys,
+        "--pid", str(tiny_server.pid),
+        "--module", "vllm._C",
+        "--module", "vllm._no_such_kernels",
+        "--allow-preload", _libgomp(tiny_server),
+    )  # fmt: skip
+    assert code == 1
+    (drift,) = report["drifts"]
+    assert drift["kind"] == "not-mapped"
+    assert drift["subject"] == "vllm._no_such_kernels"
+
+
+def test_declared_roles_other_than_the_live_tree_are_drift(
+    tiny_server: TinyServer, capsys: pytest.CaptureFixture[str]
+) -> None:
+    code, report = audit_json(
+        capsys,
+        "--pid", str(tiny_server.pid),
+        "--role", "api_server=1", "--role", "engine_core=1", "--role", "worker=2",
+        "--role", "resource_tracker=1",
+        "--allow-preload", _libgomp(tiny_server),
+    )  # fmt: skip
+    assert code == 1
+    (drift,) = report["drifts"]
+    assert (drift["kind"], drift["subject"], drift["expected"], drift["observed"]) == (
+        "process-roles", "role worker", "2", "1",
+    )  # fmt: skip
+
+
+def _libgomp(tiny_server: TinyServer) -> str:
+    python = Path(lifecycle.tree_members(tiny_server.pid)[0].cmdline()[0])
+    (site,) = (python.parent.parent / "lib").glob("python3.*/site-packages")
+    return str(site / "torch" / "lib" / "libgomp.so.1")
+
+
+@pytest.fixture
+def injected_library(tmp_path: Path) -> Path:
+    source = tmp_path / "injected.c"
+    source.write_text("int repro_injected_marker(void) { return 42; }\n")
+    library = tmp_path / "libinjected.so"
+    subprocess.run(["gcc", "-shared", "-fPIC", "-o", str(library), str(source)], check=True)
+    return library
+
+
+@pytest.fixture
+def preloaded_server(
+    tiny_server: TinyServer,
+    tiny_server_spec_factory: TinyServerSpec,
+    injected_library: Path,
+    tmp_path: Path,
+) -> Iterator[lifecycle.RunningServer]:
+    spec = tiny_server_spec_factory(tiny_server.model_dir, lifecycle.free_port(), tmp_path)
+    spec = dataclasses.replace(spec, env={**spec.env, "LD_PRELOAD": str(injected_library)})
+    with lifecycle.serving(spec) as running:
+        yield running
+
+
+def test_a_library_injected_with_ld_preload_is_refused_by_name(
+    preloaded_server: lifecycle.RunningServer,
+    injected_library: Path,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    code, report = audit_json(
+        capsys, "--port", str(preloaded_server.port), "--manifest", str(TINY_MANIFEST)
+    )
+    assert code == 1
+    injected = str(injected_library)
+    by_kind: dict[str, list[dict[str, str]]] = {}
+    for drift in report["drifts"]:
+        by_kind.setdefault(drift["kind"], []).append(drift)
+    assert set(by_kind) == {"forbidden-env", "unexpected-mapping"}
+    api = [d for d in by_kind["forbidden-env"] if "(api_server)" in d["subject"]]
+    assert api and api[0]["observed"] == f"LD_PRELOAD={injected}"
+    mapped = {d["subject"].split(": ", 1)[1] for d in by_kind["unexpected-mapping"]}
+    assert mapped == {injected}
+    assert all(injected in d["observed"] for d in report["drifts"])
