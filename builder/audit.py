@@ -142,7 +142,7 @@ class _Explainer:
         return f"pid {self.process.pid} ({self.process.role}): {path}"
 
     def explain(self, obj: LoadedObject, rule: str, reason: str, requester: str | None) -> None:
-        file_id = _file_id(obj)
+        file_id = obj.file_id
         if file_id is None or file_id not in self.mapped or file_id in self.verdicts:
             return
         mapped = self.mapped[file_id]
@@ -167,7 +167,7 @@ class _Explainer:
                     )
                 )
             return
-        file_id = FileId(*resolution.file_id)
+        file_id = resolution.file_id
         if file_id in self.mapped:
             return
         other = self._mapped_by_name(resolution.need)
@@ -330,10 +330,6 @@ def _needed_names(explainer: _Explainer, fs: FileSystem) -> set[str]:
 
 def _base(path: str) -> str:
     return posixpath.basename(path)
-
-
-def _file_id(obj: LoadedObject) -> FileId | None:
-    return FileId(*obj.file_id) if obj.file_id is not None else None
 
 
 def _process_audit(process: ProcessSnapshot, explainer: _Explainer) -> ProcessAudit:

@@ -31,8 +31,7 @@ from typing import Protocol
 from builder.elf import ElfError, ElfInfo
 from builder.errors import BadInput
 from builder.ldcache import CachePlatform, LdCache
-
-FileId = tuple[int, int]
+from builder.procmaps import FileId
 
 DF_1_NOOPEN = 0x40
 _PRELOAD_NAME_LIMIT = 1024  # SECURE_PATH_LIMIT in rtld.c

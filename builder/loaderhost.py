@@ -21,7 +21,8 @@ from pathlib import Path
 from builder.elf import ElfError, ElfInfo, UnreadableFile, parse_elf, read_elf
 from builder.errors import NotObservable
 from builder.ldcache import CachePlatform, LdCache
-from builder.loader import FileId, LoaderConfig
+from builder.loader import LoaderConfig
+from builder.procmaps import FileId
 
 DEFAULT_INTERPRETER = "/lib64/ld-linux-x86-64.so.2"
 LD_SO_CACHE = "/etc/ld.so.cache"
@@ -66,7 +67,7 @@ class HostFileSystem:
             st = Path(self._absolute(path)).stat()
         except OSError:
             return None
-        return (st.st_dev, st.st_ino)
+        return FileId(st.st_dev, st.st_ino)
 
     def realpath(self, path: str) -> str:
         return os.path.realpath(self._absolute(path))

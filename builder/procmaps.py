@@ -10,15 +10,17 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass
+from typing import NamedTuple
 
 from builder.errors import BadInput
 
 DELETED_SUFFIX = " (deleted)"
 
 
-@dataclass(frozen=True, order=True)
-class FileId:
-    """A file's identity: `st_dev` and `st_ino` as `os.stat` reports them."""
+class FileId(NamedTuple):
+    """A file's identity: `st_dev` and `st_ino` as `os.stat` reports them.
+
+    A tuple, so the loader emulation and the maps parser compare identities the same way."""
 
     device: int
     inode: int

@@ -32,6 +32,7 @@ import numpy as np
 import numpy.typing as npt
 
 from builder.errors import BadInput
+from builder.hashing import sha256_file
 
 SEED = 20240531
 WEIGHT_STD = 0.2
@@ -134,7 +135,7 @@ def generate(dest: Path) -> dict[str, str]:
 def file_digests(directory: Path) -> dict[str, str]:
     """sha256 of each regular file directly in `directory`, by name."""
     return {
-        path.name: hashlib.sha256(path.read_bytes()).hexdigest()
+        path.name: sha256_file(path)
         for path in sorted(directory.iterdir())
         if path.is_file()
     }
