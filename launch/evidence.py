@@ -1,0 +1,82 @@
+"""The evidence of one run: what the oracle client records and what the gates judge.
+
+These models are the contract between the run side's producers (`launch.oracle` streams the
+suite, `launch.metrics` reads `/metrics`, the server log) and its judges (`launch.gates`): a
+gate is a pure function from these records to a `Verdict`. The same models are filled from a
+live run and from a historical record's files (e.g. a `bench.json` of the Laguna record), so a
+gate never knows which it judges.
+"""
+
+from __future__ import annotations
+
+from enum import StrEnum
+
+from pydantic import BaseModel, ConfigDict, Field
+
+
+class _Record(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+class OracleRow(_Record):
+    """One prompt of the suite, answered once, cold, streamed with token ids."""
+
+    prompt_id: str
+    prompt_index: int
+    token_ids: tuple[int, ...]
+    text_sha256: str
+    prompt_tokens: int
+    completion_tokens: int
+    cached_tokens: int | None
+    """`usage.prompt_tokens_details.cached_tokens`; None when the server did not report it."""
+    token_offsets_s: tuple[float, ...]
+    """Arrival offset of each token id from the request's start, in stream order."""
+    ttft_s: float
+    finish_reason: str | None = None
+
+
+class TeacherRow(_Record):
+    """What a candidate row must reproduce."""
+
+    prompt_id: str
+    prompt_index: int
+    token_ids: tuple[int, ...]
+    text_sha256: str
+
+
+class Teacher(_Record):
+    suite: str
+    rows: tuple[TeacherRow, ...]
+
+
+class MetricsDelta(_Record):
+    """Prometheus counters after minus before the suite (absent counters are None)."""
+
+    prefix_cache_queries: float | None = None
+    prefix_cache_hits: float | None = None
+    generation_tokens: float | None = None
+    spec_decode_drafts: float | None = None
+    spec_decode_draft_tokens: float | None = None
+    spec_decode_accepted: float | None = None
+    spec_decode_accepted_per_position: tuple[float, ...] = ()
+
+
+class VerdictStatus(StrEnum):
+    PASS = "pass"
+    FAIL = "fail"
+    NOT_APPLICABLE = "n/a"
+
+
+class Verdict(_Record):
+    """One gate's judgement with the numbers it was made from."""
+
+    gate: str
+    status: VerdictStatus
+    summary: str
+    """One line a person reads: what was measured against what."""
+    details: dict[str, object] = Field(default_factory=dict)
+    """The numbers, for `--json` and for recomputation."""
+
+    @property
+    def passed(self) -> bool:
+        return self.status is not VerdictStatus.FAIL
