@@ -414,6 +414,16 @@ def _root_drifts(explainer: _Explainer, policy: AuditPolicy) -> list[Drift]:
 def _file_drifts(tree: TreeSnapshot) -> list[Drift]:
     drifts = []
     for mapped in tree.files.values():
+        if mapped.error is not None:
+            drifts.append(
+                Drift(
+                    kind=DriftKind.UNREADABLE,
+                    subject=mapped.path,
+                    expected="the mapped file readable, to tell ELF from data and hash it",
+                    observed=mapped.error,
+                    why="a mapping repro cannot read cannot be explained",
+                )
+            )
         if not mapped.is_elf:
             continue
         if mapped.deleted or mapped.replaced:

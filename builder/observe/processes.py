@@ -181,21 +181,30 @@ def _read_mapped_file(pid: int, file_id: FileId, mapping: Mapping) -> MappedFile
     """Hash the bytes of the mapped inode itself, through `map_files/`, not the path.
 
     Only ELF objects are hashed: other mapped files (model weights, locale archives) can be
-    gigabytes and are pinned by their own observers.
+    gigabytes and are pinned by their own observers. Where the kernel offers no `map_files/`
+    (some sandboxed kernels), the path is read instead, but only while it still names the
+    mapped inode: a replaced or deleted file is then reported unreadable, never misattributed.
     """
     path = mapping.path or ""
     # Renaming a new file over a mapped one unlinks the mapped inode: the kernel then says
     # "deleted" and the path names another file. Both facts are reported.
     current = _current_id(path)
     replaced = current is not None and current != file_id
-    try:
-        with Path(f"/proc/{pid}/map_files/{mapping.range_name}").open("rb") as stream:
-            is_elf = stream.read(4) == ELF_MAGIC
-            stream.seek(0)
-            digest = sha256_stream(stream) if is_elf else None
-    except OSError as error:
-        return MappedFile(file_id, path, mapping.deleted, replaced, False, None, str(error))
-    return MappedFile(file_id, path, mapping.deleted, replaced, is_elf, digest)
+    sources = [Path(f"/proc/{pid}/map_files/{mapping.range_name}")]
+    if current == file_id:
+        sources.append(Path(path))
+    error: OSError | None = None
+    for source in sources:
+        try:
+            with source.open("rb") as stream:
+                is_elf = stream.read(4) == ELF_MAGIC
+                stream.seek(0)
+                digest = sha256_stream(stream) if is_elf else None
+        except OSError as failure:
+            error = failure
+            continue
+        return MappedFile(file_id, path, mapping.deleted, replaced, is_elf, digest)
+    return MappedFile(file_id, path, mapping.deleted, replaced, False, None, str(error))
 
 
 def _current_id(path: str) -> FileId | None:
