@@ -18,7 +18,7 @@ from rich.console import Console
 from rich.status import Status
 
 from builder import tinymodel
-from builder.commands.audit import print_report, report_document
+from builder.auditreport import print_report, report_document
 from builder.drift import Drift
 from builder.errors import BadInput, ExitCode
 from builder.manifest import Manifest

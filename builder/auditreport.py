@@ -1,0 +1,83 @@
+"""The live audit as people and machines read it: a table per tree, a `--json` document."""
+
+from __future__ import annotations
+
+from collections import Counter
+
+from builder.audit import AuditReport, ObjectVerdict
+from builder.render import console, drift_table, table
+
+
+def report_document(report: AuditReport) -> dict[str, object]:
+    return {
+        "root_pid": report.root_pid,
+        "passed": report.passed,
+        "processes": [
+            {
+                "pid": p.pid,
+                "ppid": p.ppid,
+                "role": p.role,
+                "name": p.name,
+                "exe": p.exe,
+                "error": p.error,
+                "objects": [
+                    {
+                        "path": o.path,
+                        "file_id": str(o.file_id),
+                        "sha256": o.sha256,
+                        "rule": o.rule,
+                        "reason": o.reason,
+                        "requester": o.requester,
+                    }
+                    for o in p.objects
+                ],
+            }
+            for p in report.processes
+        ],
+        "files": len([f for f in report.files if f.is_elf]),
+        "drifts": [d.model_dump(mode="json") for d in report.drifts],
+    }
+
+
+def _rule_counts(objects: tuple[ObjectVerdict, ...]) -> str:
+    return ", ".join(f"{rule} {n}" for rule, n in Counter(o.rule for o in objects).items())
+
+
+def print_report(report: AuditReport, *, objects: bool) -> None:
+    out = console()
+    out.print(
+        table(
+            f"process tree of pid {report.root_pid}",
+            ("pid", "ppid", "role", "name", "ELF objects", "by rule"),
+            (
+                (
+                    p.pid,
+                    p.ppid,
+                    p.role,
+                    p.name,
+                    len(p.objects),
+                    ", ".join(
+                        f"{rule} {n}" for rule, n in Counter(o.rule for o in p.objects).items()
+                    )
+                    if p.error is None
+                    else p.error,
+                )
+                for p in report.processes
+            ),
+        )
+    )
+    if objects:
+        for process in report.processes:
+            out.print(
+                table(
+                    f"pid {process.pid} ({process.role})",
+                    ("path", "rule", "reason"),
+                    ((o.path, o.rule, o.reason) for o in process.objects),
+                )
+            )
+    distinct = len([f for f in report.files if f.is_elf])
+    if report.passed:
+        out.print(f"PASS: {distinct} distinct ELF files, every mapping explained by a loader rule")
+    else:
+        out.print(drift_table(report.drifts))
+        out.print(f"FAIL: {len(report.drifts)} drift(s) over {distinct} distinct ELF files")
