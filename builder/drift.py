@@ -21,6 +21,14 @@ class DriftKind(StrEnum):
     UNREADABLE = "unreadable"
     PROCESS_ROLES = "process-roles"
     MODEL_FILE = "model-file"
+    SIGNATURE = "signature"
+    STATEMENT = "statement"
+    FILE_DIGEST = "file-digest"
+    MISSING_FILE = "missing-file"
+    EXTRA_FILE = "extra-file"
+    NOT_REGULAR_FILE = "not-regular-file"
+    UNSAFE_PATH = "unsafe-path"
+    CHECKSUMS = "checksums"
 
 
 class Drift(BaseModel):
