@@ -22,7 +22,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
 from builder.drift import Drift, DriftKind
-from builder.elf import ElfError
+from builder.elf import ElfError, ElfInfo
 from builder.errors import NotObservable
 from builder.hashing import sha256_file
 from builder.ldcache import LdCache
@@ -106,8 +106,9 @@ def judge(tree: TreeSnapshot, policy: AuditPolicy, loader: LoaderInputs) -> Audi
     """Explain every mapping of every process of `tree`; each disagreement is a drift."""
     processes: list[ProcessAudit] = []
     drifts: list[Drift] = []
+    elves = _read_elves(tree, loader.fs)
     for process in tree.processes:
-        audit, found = _audit_process(process, tree.files, policy, loader)
+        audit, found = _audit_process(process, tree.files, elves, policy, loader)
         processes.append(audit)
         drifts.extend(found)
     drifts.extend(_file_drifts(tree))
@@ -135,6 +136,8 @@ class _Explainer:
 
     process: ProcessSnapshot
     mapped: dict[FileId, MappedFile]
+    names: Mapping[FileId, frozenset[str]]
+    """Each mapped object's file name and SONAME: the names a need can match it by."""
     verdicts: dict[FileId, ObjectVerdict] = field(default_factory=dict)
     drifts: list[Drift] = field(default_factory=list)
 
@@ -188,9 +191,8 @@ class _Explainer:
     def _mapped_by_name(self, need: str) -> MappedFile | None:
         base = posixpath.basename(need)
         for file_id in self.process.files:
-            mapped = self.mapped.get(file_id)
-            if mapped is not None and mapped.is_elf and posixpath.basename(mapped.path) == base:
-                return mapped
+            if file_id in self.mapped and base in self.names.get(file_id, ()):
+                return self.mapped[file_id]
         return None
 
 
@@ -220,11 +222,13 @@ def _sha_of_path(path: str | None) -> str | None:
 def _audit_process(
     process: ProcessSnapshot,
     files: Mapping[FileId, MappedFile],
+    elves: Mapping[FileId, ElfInfo | None],
     policy: AuditPolicy,
     loader: LoaderInputs,
 ) -> tuple[ProcessAudit, list[Drift]]:
     mapped = {fid: files[fid] for fid in process.files if fid in files and files[fid].is_elf}
-    explainer = _Explainer(process, mapped)
+    names = {fid: _names(files[fid].path, elves.get(fid)) for fid in mapped}
+    explainer = _Explainer(process, mapped, names)
     if process.error is not None or process.exe is None:
         explainer.drifts.append(
             Drift(
@@ -249,13 +253,18 @@ def _audit_process(
         process.exe, config=env_loader.config, cache=env_loader.cache, fs=env_loader.fs
     )
     _explain_startup(explainer, startup)
-    _explain_runtime(explainer, startup, env_loader)
+    _explain_runtime(explainer, startup, elves, env_loader)
     explainer.drifts.extend(_root_drifts(explainer, policy))
     return _process_audit(process, explainer), explainer.drifts
 
 
+def _loading_resolutions(resolutions: Sequence[Resolution]) -> dict[str, Resolution]:
+    """The resolution that loaded each object, by path (later ones found it already loaded)."""
+    return {r.path: r for r in resolutions if r.path is not None and r.newly_loaded}
+
+
 def _explain_startup(explainer: _Explainer, startup: Closure) -> None:
-    by_path = {r.path: r for r in startup.resolutions if r.path is not None}
+    by_path = _loading_resolutions(startup.resolutions)
     for obj in startup.order:
         resolution = by_path.get(obj.path)
         if obj.executable:
@@ -270,14 +279,19 @@ def _explain_startup(explainer: _Explainer, startup: Closure) -> None:
         explainer.check_resolution(resolution)
 
 
-def _explain_runtime(explainer: _Explainer, startup: Closure, loader: LoaderInputs) -> None:
+def _explain_runtime(
+    explainer: _Explainer,
+    startup: Closure,
+    elves: Mapping[FileId, ElfInfo | None],
+    loader: LoaderInputs,
+) -> None:
     """Replay a dlopen of each runtime root, in mapping order, with what is known loaded."""
     loaded: list[LoadedObject] = list(startup.order)
     executable = next(obj for obj in startup.order if obj.executable)
-    needed_names = _needed_names(explainer, loader.fs)
+    needed = _needed_names(explainer, elves)
     pending = [fid for fid in explainer.mapped if fid not in explainer.verdicts]
     # Objects nobody needs by name first: their dependencies are then explained by search.
-    pending.sort(key=lambda fid: _base(explainer.mapped[fid].path) in needed_names)
+    pending.sort(key=lambda fid: bool(explainer.names[fid] & needed))
     for file_id in pending:
         if file_id in explainer.verdicts:
             continue
@@ -306,7 +320,7 @@ def _explain_runtime(explainer: _Explainer, startup: Closure, loader: LoaderInpu
         dependencies = closure.resolutions[1:]
         if closure.order:
             explainer.explain(closure.order[0], "dlopen", "loaded at run time (dlopen)", None)
-        by_path = {r.path: r for r in dependencies if r.path is not None}
+        by_path = _loading_resolutions(dependencies)
         for obj in closure.order[1:]:
             resolution = by_path.get(obj.path)
             if resolution is not None:
@@ -316,20 +330,31 @@ def _explain_runtime(explainer: _Explainer, startup: Closure, loader: LoaderInpu
         loaded.extend(closure.order)
 
 
-def _needed_names(explainer: _Explainer, fs: FileSystem) -> set[str]:
+def _needed_names(explainer: _Explainer, elves: Mapping[FileId, ElfInfo | None]) -> set[str]:
     names: set[str] = set()
-    for mapped in explainer.mapped.values():
-        try:
-            info = fs.read_elf(mapped.path)
-        except ElfError:
-            continue
+    for file_id in explainer.mapped:
+        info = elves.get(file_id)
         if info is not None:
-            names.update(_base(need) for need in info.needed)
+            names.update(posixpath.basename(need) for need in info.needed)
     return names
 
 
-def _base(path: str) -> str:
-    return posixpath.basename(path)
+def _read_elves(tree: TreeSnapshot, fs: FileSystem) -> dict[FileId, ElfInfo | None]:
+    """The ELF facts of every mapped ELF of the tree, read once from its path."""
+    elves: dict[FileId, ElfInfo | None] = {}
+    for file_id, mapped in tree.files.items():
+        if not mapped.is_elf:
+            continue
+        try:
+            elves[file_id] = fs.read_elf(mapped.path)
+        except ElfError:
+            elves[file_id] = None
+    return elves
+
+
+def _names(path: str, info: ElfInfo | None) -> frozenset[str]:
+    soname = info.soname if info is not None else None
+    return frozenset(name for name in (posixpath.basename(path), soname) if name)
 
 
 def _process_audit(process: ProcessSnapshot, explainer: _Explainer) -> ProcessAudit:

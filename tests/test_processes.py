@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import shutil
 import subprocess
 import sys
@@ -14,7 +15,8 @@ import pytest
 
 from builder.errors import NotObservable
 from builder.hashing import sha256_file
-from builder.observe.processes import classify_role, snapshot_tree
+from builder.observe.processes import classify_role, read_mapped_file, snapshot_tree
+from builder.procmaps import FileId, Mapping
 
 # A child that maps a copy of a shared library, reports ready, and sleeps until killed.
 MAPPER = """
@@ -139,3 +141,13 @@ def test_a_missing_process_is_not_observable() -> None:
 )
 def test_roles_of_a_vllm_tree(name: str, cmdline: list[str], role: str) -> None:
     assert classify_role(name, cmdline) == role
+
+
+def test_a_mapped_device_node_is_recorded_without_reading_it() -> None:
+    # How a driver's device node (e.g. /dev/nvidia0) appears in maps: its own (dev, inode).
+    status = Path("/dev/null").stat()
+    node_id = FileId(status.st_dev, status.st_ino)
+    mapping = Mapping(0x1000, 0x2000, "rw-s", 0, node_id, "/dev/null", deleted=False)
+    node = read_mapped_file(os.getpid(), node_id, mapping)
+    assert node.device_node and not node.is_elf and not node.replaced
+    assert node.error is None and node.sha256 is None

@@ -9,6 +9,7 @@ that exits during the snapshot, or whose maps cannot be read, is recorded with t
 from __future__ import annotations
 
 import re
+import stat
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -67,6 +68,8 @@ class MappedFile:
     is_elf: bool
     sha256: str | None
     error: str | None = None
+    device_node: bool = False
+    """A character or block device mapped by a driver (e.g. /dev/nvidia0): no bytes to hash."""
 
 
 @dataclass(frozen=True)
@@ -130,7 +133,7 @@ def snapshot_tree(root_pid: int, progress: Callable[[str], None] | None = None) 
             if file_id not in files:
                 if progress is not None:
                     progress(group[0].path or "")
-                files[file_id] = _read_mapped_file(process.pid, file_id, group[0])
+                files[file_id] = read_mapped_file(process.pid, file_id, group[0])
     return TreeSnapshot(root_pid=root_pid, processes=tuple(processes), files=files)
 
 
@@ -177,7 +180,7 @@ def _failed(pid: int, reason: str) -> ProcessSnapshot:
     )
 
 
-def _read_mapped_file(pid: int, file_id: FileId, mapping: Mapping) -> MappedFile:
+def read_mapped_file(pid: int, file_id: FileId, mapping: Mapping) -> MappedFile:
     """Hash the bytes of the mapped inode itself, through `map_files/`, not the path.
 
     Only ELF objects are hashed: other mapped files (model weights, locale archives) can be
@@ -190,6 +193,8 @@ def _read_mapped_file(pid: int, file_id: FileId, mapping: Mapping) -> MappedFile
     # "deleted" and the path names another file. Both facts are reported.
     current = _current_id(path)
     replaced = current is not None and current != file_id
+    if current == file_id and _is_device_node(path):
+        return MappedFile(file_id, path, mapping.deleted, False, False, None, device_node=True)
     sources = [Path(f"/proc/{pid}/map_files/{mapping.range_name}")]
     if current == file_id:
         sources.append(Path(path))
@@ -205,6 +210,14 @@ def _read_mapped_file(pid: int, file_id: FileId, mapping: Mapping) -> MappedFile
             continue
         return MappedFile(file_id, path, mapping.deleted, replaced, is_elf, digest)
     return MappedFile(file_id, path, mapping.deleted, replaced, False, None, str(error))
+
+
+def _is_device_node(path: str) -> bool:
+    try:
+        mode = Path(path).stat().st_mode
+    except OSError:
+        return False
+    return stat.S_ISCHR(mode) or stat.S_ISBLK(mode)
 
 
 def _current_id(path: str) -> FileId | None:
