@@ -1,0 +1,186 @@
+"""vLLM's Prometheus counters, read before and after the suite and diffed into a `MetricsDelta`.
+
+This module owns which counters a run is judged by and how a diff is taken. The text exposition
+is parsed with `prometheus_client`'s own parser. A counter's family name is the one vLLM
+registers (vLLM 0.32, `vllm/v1/metrics/loggers.py` and `vllm/v1/spec_decode/metrics.py`); its
+value is the `<family>_total` sample of each label set. The diff is taken per label set, then
+summed over the label sets (one per engine); the per-position acceptance counters are summed
+per `position` label instead.
+
+A diff is only meaningful between two reads of the same counters: a label set that goes
+backwards, whose `<family>_created` timestamp changed (the counter was recreated), or that is
+present in one read and not the other, raises `CounterReset`. Text that does not parse raises
+`MetricsUnreadable` naming its source.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Iterable, Mapping
+from typing import Final
+
+from prometheus_client.parser import text_string_to_metric_families
+
+from builder.errors import BadInput, ReproError
+from launch.evidence import MetricsDelta
+
+LabelSet = frozenset[tuple[str, str]]
+Samples = Mapping[str, Mapping[LabelSet, float]]
+"""Sample name (e.g. `vllm:generation_tokens_total`) to label set to value."""
+
+SCALAR_COUNTERS: Final = {
+    "prefix_cache_queries": "vllm:prefix_cache_queries",
+    "prefix_cache_hits": "vllm:prefix_cache_hits",
+    "generation_tokens": "vllm:generation_tokens",
+    "spec_decode_drafts": "vllm:spec_decode_num_drafts",
+    "spec_decode_draft_tokens": "vllm:spec_decode_num_draft_tokens",
+    "spec_decode_accepted": "vllm:spec_decode_num_accepted_tokens",
+}
+"""`MetricsDelta` field to the counter family it is the diff of."""
+PER_POSITION_COUNTER: Final = "vllm:spec_decode_num_accepted_tokens_per_pos"
+POSITION_LABEL: Final = "position"
+
+
+class MetricsUnreadable(BadInput):
+    """A `/metrics` text that is not Prometheus text exposition, or names a sample twice."""
+
+
+class CounterReset(ReproError):
+    """Two reads that are not of the same counters: one went backwards, was recreated, or a
+    label set appeared or vanished between them. The suite's diff cannot be taken."""
+
+
+def samples(text: str, source: str) -> Samples:
+    """Every sample of `text` by name and label set; `source` names the text in errors."""
+    found: dict[str, dict[LabelSet, float]] = defaultdict(dict)
+    try:
+        families = list(text_string_to_metric_families(text))
+    except ValueError as error:
+        raise MetricsUnreadable(
+            "metrics text does not parse",
+            where=source,
+            expected="Prometheus text exposition",
+            found=str(error) or "text the parser rejects",
+        ) from None
+    for family in families:
+        for sample in family.samples:
+            labels: LabelSet = frozenset(sample.labels.items())
+            if labels in found[sample.name]:
+                raise MetricsUnreadable(
+                    "a sample appears twice",
+                    where=f"{source}, {sample.name}{_show_labels(labels)}",
+                    expected="each name and label set once",
+                    found="two values",
+                )
+            found[sample.name][labels] = sample.value
+    return found
+
+
+def counter_deltas(
+    before: Samples, after: Samples, family: str, sources: tuple[str, str]
+) -> dict[LabelSet, float] | None:
+    """After minus before per label set of counter `family`; None when neither read has it."""
+    total = f"{family}_total"
+    old, new = before.get(total, {}), after.get(total, {})
+    if not old and not new:
+        return None
+    if old.keys() != new.keys():
+        _raise_label_sets_differ(total, old.keys(), new.keys(), sources)
+    created = f"{family}_created"
+    deltas: dict[LabelSet, float] = {}
+    for labels, value in new.items():
+        where = f"{total}{_show_labels(labels)}"
+        if value < old[labels]:
+            raise CounterReset(
+                "a counter went backwards between the two reads",
+                where=where,
+                expected=f"at least {old[labels]!r} ({sources[0]})",
+                found=f"{value!r} ({sources[1]})",
+                hint="the server restarted or the counter was reset: run the suite again",
+            )
+        _check_same_creation(before, after, created, labels, sources)
+        deltas[labels] = value - old[labels]
+    return deltas
+
+
+def delta(
+    before_text: str,
+    after_text: str,
+    *,
+    before_source: str = "metrics before the suite",
+    after_source: str = "metrics after the suite",
+) -> MetricsDelta:
+    """The counters a run is judged by, after minus before, summed over engines."""
+    sources = (before_source, after_source)
+    before, after = samples(before_text, before_source), samples(after_text, after_source)
+    scalars: dict[str, float | None] = {}
+    for field, family in SCALAR_COUNTERS.items():
+        deltas = counter_deltas(before, after, family, sources)
+        scalars[field] = None if deltas is None else sum(deltas.values())
+    per_position = counter_deltas(before, after, PER_POSITION_COUNTER, sources)
+    return MetricsDelta(
+        **scalars,
+        spec_decode_accepted_per_position=_by_position(per_position or {}),
+    )
+
+
+def _by_position(deltas: Mapping[LabelSet, float]) -> tuple[float, ...]:
+    """Deltas summed per `position` label, in position order 0, 1, …"""
+    sums: dict[int, float] = defaultdict(float)
+    for labels, value in deltas.items():
+        sums[_position(labels)] += value
+    if sorted(sums) != list(range(len(sums))):
+        raise MetricsUnreadable(
+            "draft positions are not contiguous",
+            where=f"{PER_POSITION_COUNTER}_total",
+            expected=f"positions 0..{len(sums) - 1}",
+            found="positions " + ", ".join(str(p) for p in sorted(sums)),
+        )
+    return tuple(sums[position] for position in range(len(sums)))
+
+
+def _position(labels: LabelSet) -> int:
+    value = dict(labels).get(POSITION_LABEL)
+    if value is None or not value.isdecimal():
+        raise MetricsUnreadable(
+            "a per-position counter without a numeric position",
+            where=f"{PER_POSITION_COUNTER}_total{_show_labels(labels)}",
+            expected=f'a label {POSITION_LABEL}="<n>"',
+            found="none" if value is None else repr(value),
+        )
+    return int(value)
+
+
+def _check_same_creation(
+    before: Samples, after: Samples, created: str, labels: LabelSet, sources: tuple[str, str]
+) -> None:
+    old, new = before.get(created, {}).get(labels), after.get(created, {}).get(labels)
+    if old is not None and new is not None and old != new:
+        raise CounterReset(
+            "a counter was recreated between the two reads",
+            where=f"{created}{_show_labels(labels)}",
+            expected=f"{old!r} ({sources[0]})",
+            found=f"{new!r} ({sources[1]})",
+            hint="the server restarted between the reads: run the suite again",
+        )
+
+
+def _raise_label_sets_differ(
+    name: str,
+    old: Iterable[LabelSet],
+    new: Iterable[LabelSet],
+    sources: tuple[str, str],
+) -> None:
+    shown_old = ", ".join(sorted(_show_labels(labels) for labels in old)) or "none"
+    shown_new = ", ".join(sorted(_show_labels(labels) for labels in new)) or "none"
+    raise CounterReset(
+        "a counter's label sets differ between the two reads",
+        where=name,
+        expected=f"{shown_old} ({sources[0]})",
+        found=f"{shown_new} ({sources[1]})",
+        hint="the server restarted or changed its engines between the reads",
+    )
+
+
+def _show_labels(labels: LabelSet) -> str:
+    return "{" + ",".join(f'{key}="{value}"' for key, value in sorted(labels)) + "}"
