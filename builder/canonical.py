@@ -1,0 +1,74 @@
+"""Canonical JSON: the one byte form of every JSON document repro seals or signs.
+
+The rules, so that the same document always gives the same bytes and the same sha256:
+- an object's keys sorted by Unicode code point (the order of their UTF-8 bytes), each key once;
+- no whitespace between tokens: `,` and `:` as separators, no indentation;
+- UTF-8 without a byte order mark; characters beyond ASCII written as themselves, not as `\\u`
+  escapes (JSON's mandatory escapes, quote, backslash and control characters, are kept);
+- numbers as Python writes them: integers in decimal, floats in their shortest round-trip form;
+  NaN and the infinities are refused, JSON has no words for them;
+- exactly one line feed at the end of the document, and no other line break outside strings.
+
+Reading refuses what writing never produces: a duplicate key, bytes that are not UTF-8, and any
+text that is not the canonical form of its own value.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from typing import Any
+
+from builder.errors import BadInput
+
+
+def canonical_json(value: object) -> bytes:
+    """The canonical bytes of `value` (dicts, lists, tuples, str, int, float, bool, None)."""
+    try:
+        text = json.dumps(
+            value, sort_keys=True, ensure_ascii=False, separators=(",", ":"), allow_nan=False
+        )
+    except (TypeError, ValueError) as error:
+        raise BadInput(
+            "a document cannot be written as canonical JSON",
+            found=str(error),
+            hint="only objects with string keys, arrays, strings, finite numbers, booleans "
+            "and null have a canonical form",
+        ) from error
+    return (text + "\n").encode("utf-8")
+
+
+def _refuse_duplicates(pairs: Sequence[tuple[str, Any]]) -> dict[str, Any]:
+    result: dict[str, Any] = {}
+    for key, value in pairs:
+        if key in result:
+            raise ValueError(f"duplicate key {key!r}")
+        result[key] = value
+    return result
+
+
+def parse_json(data: bytes, *, where: str) -> Any:
+    """The value of a JSON document in UTF-8 with each key once; `BadInput` naming `where`."""
+    try:
+        return json.loads(data.decode("utf-8"), object_pairs_hook=_refuse_duplicates)
+    except UnicodeDecodeError as error:
+        raise BadInput(
+            "a JSON document is not UTF-8",
+            where=where,
+            found=f"byte {error.start}: {data[error.start : error.start + 1]!r}",
+        ) from error
+    except ValueError as error:
+        raise BadInput("a JSON document does not parse", where=where, found=str(error)) from error
+
+
+def parse_canonical(data: bytes, *, where: str) -> Any:
+    """Like `parse_json`, and the bytes must be exactly the canonical form of their value."""
+    value = parse_json(data, where=where)
+    if canonical_json(value) != data:
+        raise BadInput(
+            "a JSON document is not in canonical form",
+            where=where,
+            expected="sorted keys, no insignificant whitespace, UTF-8, one final line feed",
+            found="other bytes for the same value",
+        )
+    return value
