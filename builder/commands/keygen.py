@@ -1,0 +1,45 @@
+"""Generate an Ed25519 signing key pair: PREFIX.key (mode 0600) and PREFIX.pub.
+
+The private key signs bundles (`repro build --key PREFIX.key`); the public key is what a verifier
+trusts (`repro verify --key PREFIX.pub`, or a trusted-keys directory holding it). Existing files
+are never overwritten. The key id printed is the sha256 of the raw public key.
+"""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from builder.errors import ExitCode
+from builder.keys import key_pair_paths, write_key_pair
+from builder.render import console, write_json
+
+
+def configure_parser(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--out",
+        type=Path,
+        required=True,
+        metavar="PREFIX",
+        help="write PREFIX.key and PREFIX.pub (neither may exist)",
+    )
+    parser.add_argument("--json", action="store_true", help="print the key id and files as JSON")
+
+
+def execute(args: argparse.Namespace) -> int:
+    key = write_key_pair(args.out)
+    private_path, public_path = key_pair_paths(args.out)
+    if args.json:
+        write_json(
+            {
+                "key_id": key.key_id,
+                "private_key": str(private_path),
+                "public_key": str(public_path),
+            }
+        )
+    else:
+        out = console()
+        out.print(f"key id       {key.key_id}")
+        out.print(f"private key  {private_path}  (keep it secret; mode 0600)")
+        out.print(f"public key   {public_path}  (give it to verifiers)")
+    return ExitCode.PASS
