@@ -1,0 +1,133 @@
+"""The layout of a sealed bundle directory, the rule for the paths in it, and SHA256SUMS.
+
+```
+repro/<name>/
+  manifest.toml          the input, verbatim
+  lock.json              canonical JSON
+  oracle/                suite + teacher
+  evidence/              server log, metrics, bench rows, maps snapshots, ...
+  SHA256SUMS             every file above: `sha256sum -c SHA256SUMS` passes inside the bundle
+  statement.json         in-toto Statement: one subject per file above and SHA256SUMS
+  statement.dsse.json    DSSE envelope whose payload is exactly the bytes of statement.json
+```
+
+A path in a bundle is relative, written with `/`, in UTF-8, and has no empty, `.` or `..` part,
+no backslash and no control character, so SHA256SUMS never needs coreutils' escaping.
+SHA256SUMS has one line `<64 lowercase hex>  <path>` per file (two spaces: text mode, as
+`sha256sum` writes), sorted by path in code point order, each ending with a line feed.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+
+from builder.errors import BadInput
+
+MANIFEST = "manifest.toml"
+LOCK = "lock.json"
+ORACLE_DIR = "oracle"
+EVIDENCE_DIR = "evidence"
+SHA256SUMS = "SHA256SUMS"
+STATEMENT = "statement.json"
+ENVELOPE = "statement.dsse.json"
+
+CONTENT_DIRS = (ORACLE_DIR, EVIDENCE_DIR)
+"""The directories whose files a build chooses; every other file of a bundle is named above."""
+SEAL_FILES = (STATEMENT, ENVELOPE)
+"""The files that seal the others: the statement covers every file but these two."""
+REQUIRED_CONTENT = (MANIFEST, LOCK)
+
+_SHA256_HEX = re.compile(r"[0-9a-f]{64}")
+_LINE = re.compile(r"(?P<digest>[0-9a-f]{64})  (?P<path>[^\n]+)")
+_BUNDLE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
+
+
+def is_sha256_hex(text: str) -> bool:
+    return _SHA256_HEX.fullmatch(text) is not None
+
+
+def path_problem(path: str) -> str | None:
+    """Why `path` cannot name a file inside a bundle, or None when it can."""
+    if not path:
+        return "an empty path"
+    if path.startswith("/"):
+        return "an absolute path"
+    if "\\" in path:
+        return "a backslash"
+    if any(ord(char) < 0x20 or ord(char) == 0x7F for char in path):
+        return "a control character"
+    try:
+        path.encode("utf-8")
+    except UnicodeEncodeError:
+        return "bytes that are not UTF-8"
+    parts = path.split("/")
+    if ".." in parts:
+        return "a '..' part, which escapes the bundle"
+    if "" in parts or "." in parts:
+        return "an empty or '.' part"
+    return None
+
+
+def check_bundle_name(name: str) -> str:
+    """`name` if it can name a bundle directory (`repro/<name>/`), else `BadInput`."""
+    if _BUNDLE_NAME.fullmatch(name) is None:
+        raise BadInput(
+            "not a bundle name",
+            where=repr(name),
+            expected="letters, digits, '.', '_' and '-', starting with a letter or digit",
+        )
+    return name
+
+
+def content_path_problem(path: str) -> str | None:
+    """Why `path` cannot be a sealed file of a bundle, or None when it can."""
+    problem = path_problem(path)
+    if problem is not None:
+        return problem
+    if path in (MANIFEST, LOCK, SHA256SUMS):
+        return None
+    top, _, rest = path.partition("/")
+    if top in CONTENT_DIRS and rest:
+        return None
+    return "a file the layout does not name, outside oracle/ and evidence/"
+
+
+def render_sha256sums(digests: Mapping[str, str]) -> bytes:
+    """SHA256SUMS of `digests` (path to sha256 hex), in the one form described above."""
+    return "".join(f"{digests[path]}  {path}\n" for path in sorted(digests)).encode("utf-8")
+
+
+def parse_sha256sums(data: bytes, *, where: str) -> dict[str, str]:
+    """Path to sha256 of a SHA256SUMS file in exactly the form `render_sha256sums` writes."""
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as error:
+        raise BadInput("SHA256SUMS is not UTF-8", where=where, found=str(error)) from error
+    if text and not text.endswith("\n"):
+        raise BadInput("SHA256SUMS does not end with a line feed", where=where)
+    digests: dict[str, str] = {}
+    lines = text.split("\n")[:-1]  # not splitlines(): it also breaks at U+2028 and friends
+    for number, line in enumerate(lines, start=1):
+        match = _LINE.fullmatch(line)
+        if match is None:
+            raise BadInput(
+                "a line of SHA256SUMS is malformed",
+                where=f"{where}:{number}",
+                expected="<64 lowercase hex>  <path>",
+                found=repr(line),
+            )
+        path = match["path"]
+        problem = path_problem(path)
+        if problem is not None:
+            raise BadInput(
+                "a line of SHA256SUMS names a path no bundle can hold",
+                where=f"{where}:{number}",
+                found=f"{path!r}: {problem}",
+            )
+        if path in digests:
+            raise BadInput("SHA256SUMS names a path twice", where=f"{where}:{number}", found=path)
+        digests[path] = match["digest"]
+    if render_sha256sums(digests) != data:
+        raise BadInput("SHA256SUMS is not sorted by path", where=where)
+    return digests
