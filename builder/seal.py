@@ -1,0 +1,324 @@
+"""Sealing: write `repro/<name>/` from a manifest, a lock and evidence, signed, all or nothing.
+
+Everything is written into a temporary sibling `.<name>.sealing-*` in the same parent: the content
+files, SHA256SUMS, statement.json and, last, statement.dsse.json; each file and then each
+directory is fsynced, the directory is renamed into place and the parent fsynced. A kill at any
+point leaves either no bundle or the previous one at the final path. A leftover temporary
+directory never verifies: the signed statement names the bundle, and its directory has another
+name. An existing bundle is replaced only when asked, and then by one atomic exchange
+(renameat2 RENAME_EXCHANGE), or where the file system cannot exchange, by two renames between
+which the final path is briefly absent, never half-written.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import errno
+import os
+import secrets
+import shutil
+import stat
+import tempfile
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import MappingProxyType
+from typing import Any
+
+from builder import dsse
+from builder.bundle import (
+    ENVELOPE,
+    EVIDENCE_DIR,
+    LOCK,
+    MANIFEST,
+    ORACLE_DIR,
+    SHA256SUMS,
+    STATEMENT,
+    check_bundle_name,
+    path_problem,
+    render_sha256sums,
+)
+from builder.canonical import canonical_json
+from builder.errors import BadInput, NotObservable
+from builder.hashing import sha256_file
+from builder.keys import SigningKey
+from builder.statement import statement_for
+
+FILE_MODE = 0o644
+DIR_MODE = 0o755
+
+Progress = Callable[[str], None]
+"""Called after each step of sealing with what was done; it may stop the process there."""
+
+
+def _no_progress(step: str) -> None:
+    """Sealing without a listener."""
+
+
+@dataclass(frozen=True)
+class BundleContent:
+    """What a build hands to the sealer.
+
+    `oracle` and `evidence` map a path under oracle/ or evidence/ to a file or a directory to
+    copy there (a directory with every file below it); symlinks and special files are refused.
+    """
+
+    name: str
+    manifest: Path
+    manifest_source: str
+    """The manifest's path as it was named to `repro build`, recorded in the provenance."""
+    lock: Mapping[str, Any]
+    oracle: Mapping[str, Path] = field(default_factory=lambda: MappingProxyType({}))
+    evidence: Mapping[str, Path] = field(default_factory=lambda: MappingProxyType({}))
+
+
+@dataclass(frozen=True)
+class SealedBundle:
+    path: Path
+    key_id: str
+    digests: Mapping[str, str]
+    """Every sealed path (all files but statement.json and statement.dsse.json) to its sha256."""
+
+
+def seal(
+    content: BundleContent,
+    key: SigningKey,
+    parent: Path,
+    *,
+    force: bool = False,
+    progress: Progress = _no_progress,
+) -> SealedBundle:
+    """Seal `content` with `key` as `parent/<name>/`; refuse an existing one unless `force`."""
+    final = parent / check_bundle_name(content.name)
+    _check_destination(final, force=force)
+    workdir = Path(tempfile.mkdtemp(prefix=f".{content.name}.sealing-", dir=parent))
+    progress("created the temporary directory")
+    try:
+        workdir.chmod(DIR_MODE)
+        digests = _write_bundle(content, key, workdir, progress)
+        _sync_tree(workdir, progress)
+        replaced = _move_into_place(workdir, final, progress)
+    except BaseException:
+        shutil.rmtree(workdir, ignore_errors=True)
+        raise
+    if replaced is not None:
+        shutil.rmtree(replaced)
+        _fsync_dir(parent)
+        progress("removed the replaced bundle")
+    return SealedBundle(final, key.key_id, MappingProxyType(digests))
+
+
+def _check_destination(final: Path, *, force: bool) -> None:
+    if not final.parent.is_dir():
+        raise BadInput("the directory to seal into does not exist", where=str(final.parent))
+    if final.is_symlink() or (final.exists() and not final.is_dir()):
+        raise BadInput(
+            "the bundle path is taken by something that is not a directory",
+            where=str(final),
+            hint="move it away; repro replaces only a bundle directory",
+        )
+    if final.exists() and not force:
+        raise BadInput(
+            "the bundle already exists",
+            where=str(final),
+            hint="pass --force to replace it (atomically), or choose another bundle name",
+        )
+
+
+def _write_bundle(
+    content: BundleContent, key: SigningKey, workdir: Path, progress: Progress
+) -> dict[str, str]:
+    _copy_file(content.manifest, workdir / MANIFEST, progress, MANIFEST)
+    _write_file(workdir / LOCK, canonical_json(dict(content.lock)), progress, LOCK)
+    for directory, sources in ((ORACLE_DIR, content.oracle), (EVIDENCE_DIR, content.evidence)):
+        for name in sorted(sources):
+            _copy_source(sources[name], workdir, f"{directory}/{_check_name(name)}", progress)
+    digests = {path: sha256_file(workdir / path) for path in _files_below(workdir)}
+    _write_file(workdir / SHA256SUMS, render_sha256sums(digests), progress, SHA256SUMS)
+    digests[SHA256SUMS] = sha256_file(workdir / SHA256SUMS)
+    statement = statement_for(content.name, content.manifest_source, digests).to_json()
+    _write_file(workdir / STATEMENT, statement, progress, STATEMENT)
+    envelope = dsse.sign(statement, key).to_json()
+    _write_file(workdir / ENVELOPE, envelope, progress, ENVELOPE)
+    return digests
+
+
+def _check_name(name: str) -> str:
+    problem = path_problem(name)
+    if problem is not None:
+        raise BadInput(
+            "an oracle or evidence name cannot be a path inside a bundle",
+            where=repr(name),
+            found=problem,
+            hint="use a relative path with '/' between plain parts",
+        )
+    return name
+
+
+def _copy_source(source: Path, workdir: Path, target: str, progress: Progress) -> None:
+    """Copy a file, or every file below a directory, to `target` inside the bundle."""
+    info = _lstat(source)
+    if stat.S_ISREG(info.st_mode):
+        _copy_file(source, workdir / target, progress, target)
+    elif stat.S_ISDIR(info.st_mode):
+        for child in sorted(entry.name for entry in source.iterdir()):
+            _copy_source(source / child, workdir, f"{target}/{_check_name(child)}", progress)
+    else:
+        _refuse_not_regular(source, info)
+
+
+def _lstat(path: Path) -> os.stat_result:
+    try:
+        return path.lstat()
+    except OSError as error:
+        raise BadInput(
+            "a file to seal cannot be read",
+            where=str(path),
+            found=error.strerror or type(error).__name__,
+        ) from error
+
+
+def _refuse_not_regular(path: Path, info: os.stat_result) -> None:
+    if stat.S_ISLNK(info.st_mode):
+        raise BadInput(
+            "a symlink cannot be sealed",
+            where=str(path),
+            found=f"a symlink to {path.readlink()}",
+            hint="a bundle holds regular files only: copy the file it points to instead",
+        )
+    raise BadInput(
+        "only regular files and directories can be sealed",
+        where=str(path),
+        found=describe_mode(info.st_mode),
+    )
+
+
+def describe_mode(mode: int) -> str:
+    """What kind of file a mode is, in words."""
+    kinds = (
+        (stat.S_ISREG, "a regular file"),
+        (stat.S_ISDIR, "a directory"),
+        (stat.S_ISLNK, "a symlink"),
+        (stat.S_ISFIFO, "a FIFO"),
+        (stat.S_ISSOCK, "a socket"),
+        (stat.S_ISCHR, "a character device"),
+        (stat.S_ISBLK, "a block device"),
+    )
+    return next((words for test, words in kinds if test(mode)), f"a file of mode {mode:o}")
+
+
+def _copy_file(source: Path, target: Path, progress: Progress, name: str) -> None:
+    try:
+        with source.open("rb") as stream:
+            data = stream.read()
+    except OSError as error:
+        raise NotObservable(
+            "cannot read a file to seal it",
+            where=str(source),
+            found=error.strerror or type(error).__name__,
+        ) from error
+    _write_file(target, data, progress, name)
+
+
+def _write_file(target: Path, data: bytes, progress: Progress, name: str) -> None:
+    """Create `target` (never replacing a file), write `data` and fsync it."""
+    target.parent.mkdir(mode=DIR_MODE, parents=True, exist_ok=True)
+    try:
+        descriptor = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_EXCL, FILE_MODE)
+    except FileExistsError as error:
+        raise BadInput(
+            "two oracle or evidence files would land on one path in the bundle", where=name
+        ) from error
+    with os.fdopen(descriptor, "wb") as stream:
+        os.fchmod(descriptor, FILE_MODE)
+        stream.write(data)
+        stream.flush()
+        os.fsync(descriptor)
+    progress(f"wrote {name}")
+
+
+def _files_below(root: Path) -> Iterator[str]:
+    for directory, _subdirs, files in os.walk(root):
+        for name in files:
+            yield (Path(directory) / name).relative_to(root).as_posix()
+
+
+def _sync_tree(root: Path, progress: Progress) -> None:
+    """fsync every directory below `root`, deepest first, so every name is durable."""
+    directories = sorted((Path(entry[0]) for entry in os.walk(root)), key=lambda d: -len(d.parts))
+    for directory in directories:
+        directory.chmod(DIR_MODE)
+        _fsync_dir(directory)
+        progress(f"synced {directory.relative_to(root).as_posix()}/")
+
+
+def _fsync_dir(directory: Path) -> None:
+    descriptor = os.open(directory, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        os.fsync(descriptor)
+    finally:
+        os.close(descriptor)
+
+
+_AT_FDCWD = -100
+_RENAME_NOREPLACE = 1
+_RENAME_EXCHANGE = 2
+
+
+def renameat2(source: Path, target: Path, flags: int) -> None:
+    """Linux renameat2(2); OSError(EINVAL) where the C library or file system lacks it."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    function = getattr(libc, "renameat2", None)
+    if function is None:
+        raise OSError(errno.EINVAL, "renameat2 is not in this C library")
+    result = function(
+        _AT_FDCWD, os.fsencode(source), _AT_FDCWD, os.fsencode(target), ctypes.c_uint(flags)
+    )
+    if result != 0:
+        number = ctypes.get_errno()
+        raise OSError(number, os.strerror(number), str(target))
+
+
+def _move_into_place(workdir: Path, final: Path, progress: Progress) -> Path | None:
+    """Rename `workdir` to `final`; return where the bundle it replaced now is, if any."""
+    try:
+        if final.exists():
+            return _exchange(workdir, final, progress)
+        _rename_no_replace(workdir, final)
+    except FileExistsError as error:
+        raise BadInput(
+            "the bundle appeared while it was being sealed",
+            where=str(final),
+            hint="another build of the same bundle ran at the same time; run this one again",
+        ) from error
+    _fsync_dir(final.parent)
+    progress("renamed into place")
+    return None
+
+
+def _rename_no_replace(workdir: Path, final: Path) -> None:
+    try:
+        renameat2(workdir, final, _RENAME_NOREPLACE)
+    except OSError as error:
+        if error.errno not in (errno.EINVAL, errno.ENOSYS):
+            raise
+        if final.exists():
+            raise FileExistsError(errno.EEXIST, "exists", str(final)) from error
+        workdir.rename(final)
+
+
+def _exchange(workdir: Path, final: Path, progress: Progress) -> Path:
+    try:
+        renameat2(workdir, final, _RENAME_EXCHANGE)
+    except OSError as error:
+        if error.errno not in (errno.EINVAL, errno.ENOSYS):
+            raise
+        aside = final.parent / f".{final.name}.replaced-{secrets.token_hex(8)}"
+        final.rename(aside)
+        workdir.rename(final)
+        _fsync_dir(final.parent)
+        progress("renamed into place")
+        return aside
+    _fsync_dir(final.parent)
+    progress("renamed into place")
+    return workdir
