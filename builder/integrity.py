@@ -1,0 +1,348 @@
+"""Offline verification of a sealed bundle directory: signature, statement, files, SHA256SUMS.
+
+Every problem is a `Drift` naming the file, never an exception, so one run reports all of them;
+the caller turns a non-empty list into exit code 1. Only a bundle path that is not a directory
+at all is `BadInput`. The order of trust: the DSSE envelope must verify against a trusted key;
+its payload is then the statement, and statement.json must be exactly those bytes; the signed
+statement must name this directory; each of its subjects must be a regular file on disk with
+its digest, and nothing else may be there; SHA256SUMS must list exactly the same digests.
+When the signature does not verify nothing else is compared: there is nothing to compare with.
+"""
+
+from __future__ import annotations
+
+import os
+import stat
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from types import MappingProxyType
+
+from builder import dsse
+from builder.bundle import (
+    ENVELOPE,
+    MANIFEST,
+    REQUIRED_CONTENT,
+    SEAL_FILES,
+    SHA256SUMS,
+    STATEMENT,
+    content_path_problem,
+    parse_sha256sums,
+    path_problem,
+)
+from builder.drift import Drift, DriftKind
+from builder.errors import BadInput, NotObservable, ReproError
+from builder.hashing import sha256_bytes, sha256_file
+from builder.keys import TrustedKeys
+from builder.seal import describe_mode
+from builder.statement import Statement
+
+
+@dataclass(frozen=True)
+class BundleReport:
+    """What verifying a bundle found: the signers, every sealed file's digest, the drifts."""
+
+    path: Path
+    key_ids: tuple[str, ...]
+    digests: Mapping[str, str]
+    findings: tuple[Drift, ...]
+
+    @property
+    def ok(self) -> bool:
+        return not self.findings
+
+
+@dataclass(frozen=True)
+class _Scan:
+    """The regular files below a bundle directory, and every other entry as a finding."""
+
+    files: Mapping[str, Path]
+    directories: tuple[str, ...]
+    findings: tuple[Drift, ...]
+
+
+def verify_bundle(bundle: Path, trusted: TrustedKeys) -> BundleReport:
+    """Verify `bundle` offline against `trusted`; the report's findings are empty when it holds."""
+    if not bundle.is_dir():
+        raise BadInput(
+            "not a bundle directory",
+            where=str(bundle),
+            hint="name a directory written by `repro build`, such as repro/<name>",
+        )
+    scan = _scan(bundle)
+    signed, signature_findings = _signed_statement(scan, trusted)
+    if signed is None:
+        return BundleReport(bundle, (), MappingProxyType({}), (*scan.findings, *signature_findings))
+    digests = signed.statement.digests()
+    findings = [
+        *scan.findings,
+        *_statement_file(scan, signed),
+        *_bundle_name(bundle, signed.statement),
+        *_layout(signed.statement),
+        *_files(scan, digests),
+        *_checksums(scan, digests),
+    ]
+    return BundleReport(bundle, signed.key_ids, MappingProxyType(digests), tuple(findings))
+
+
+def _scan(bundle: Path) -> _Scan:
+    files: dict[str, Path] = {}
+    directories: list[str] = []
+    findings: list[Drift] = []
+    pending = [(bundle, "")]
+    while pending:
+        directory, prefix = pending.pop()
+        with os.scandir(directory) as entries:
+            for entry in sorted(entries, key=lambda e: e.name):
+                relative = prefix + os.fsdecode(entry.name)
+                info = entry.stat(follow_symlinks=False)
+                problem = path_problem(relative)
+                if problem is not None:
+                    findings.append(_unsafe_path(relative, problem))
+                elif stat.S_ISDIR(info.st_mode):
+                    directories.append(relative)
+                    pending.append((Path(entry.path), relative + "/"))
+                elif stat.S_ISREG(info.st_mode):
+                    files[relative] = Path(entry.path)
+                else:
+                    findings.append(_not_regular(bundle, relative, Path(entry.path), info))
+    return _Scan(files, tuple(sorted(directories)), tuple(findings))
+
+
+def _unsafe_path(relative: str, problem: str) -> Drift:
+    return Drift(
+        kind=DriftKind.UNSAFE_PATH,
+        subject=ascii(relative)[1:-1],
+        expected="a plain relative path",
+        observed=problem,
+        why="a bundle file must have a name SHA256SUMS and the statement can hold as it is",
+    )
+
+
+def _not_regular(bundle: Path, relative: str, path: Path, info: os.stat_result) -> Drift:
+    if stat.S_ISLNK(info.st_mode):
+        target = path.readlink()
+        outside = not (path.parent / target).resolve().is_relative_to(bundle.resolve())
+        return Drift(
+            kind=DriftKind.NOT_REGULAR_FILE,
+            subject=relative,
+            expected="a regular file",
+            observed=f"a symlink to {target}" + (" (outside the bundle)" if outside else ""),
+            why="a bundle holds no symlinks: what a link reads can change without the bundle",
+        )
+    return Drift(
+        kind=DriftKind.NOT_REGULAR_FILE,
+        subject=relative,
+        expected="a regular file",
+        observed=describe_mode(info.st_mode),
+        why="a bundle holds regular files and directories only",
+    )
+
+
+@dataclass(frozen=True)
+class _Signed:
+    statement: Statement
+    payload: bytes
+    key_ids: tuple[str, ...]
+
+
+def _signed_statement(scan: _Scan, trusted: TrustedKeys) -> tuple[_Signed | None, list[Drift]]:
+    """The statement the envelope carries and who signed it, or why there is none to trust."""
+    if ENVELOPE not in scan.files:
+        return None, [
+            Drift(
+                kind=DriftKind.SIGNATURE,
+                subject=ENVELOPE,
+                expected="a DSSE envelope signed by a trusted key",
+                observed="no such file",
+                why="the bundle is unsigned: none of its files can be trusted",
+            )
+        ]
+    try:
+        envelope = dsse.Envelope.from_json(_read(scan.files[ENVELOPE]), where=ENVELOPE)
+        verified = dsse.verify(envelope, trusted, where=ENVELOPE)
+    except (BadInput, dsse.SignatureRefused) as error:
+        return None, [
+            _finding(DriftKind.SIGNATURE, error, "none of the bundle's files can be trusted")
+        ]
+    try:
+        statement = _statement_of(verified)
+    except BadInput as error:
+        return None, [_finding(DriftKind.STATEMENT, error, "the signed payload seals nothing")]
+    return _Signed(statement, verified.payload, verified.key_ids), []
+
+
+def _statement_of(verified: dsse.Verified) -> Statement:
+    if verified.payload_type != dsse.PAYLOAD_TYPE:
+        raise BadInput(
+            "the envelope does not carry an in-toto statement",
+            where=ENVELOPE,
+            expected=f"payloadType {dsse.PAYLOAD_TYPE}",
+            found=f"payloadType {verified.payload_type}",
+        )
+    return Statement.from_json(verified.payload, where=f"the payload of {ENVELOPE}")
+
+
+def _finding(kind: DriftKind, error: ReproError, consequence: str) -> Drift:
+    return Drift(
+        kind=kind,
+        subject=ENVELOPE,
+        expected=error.expected or "a DSSE envelope of a repro statement, signed by a trusted key",
+        observed=error.found or error.what,
+        why=f"{error.what}: {consequence}",
+    )
+
+
+def _read(path: Path) -> bytes:
+    try:
+        return path.read_bytes()
+    except OSError as error:
+        raise NotObservable(
+            "cannot read a bundle file",
+            where=str(path),
+            found=error.strerror or type(error).__name__,
+        ) from error
+
+
+def _statement_file(scan: _Scan, signed: _Signed) -> list[Drift]:
+    if STATEMENT not in scan.files:
+        return [_missing(STATEMENT, sha256_bytes(signed.payload))]
+    found = sha256_file(scan.files[STATEMENT])
+    if found == sha256_bytes(signed.payload):
+        return []
+    return [
+        Drift(
+            kind=DriftKind.FILE_DIGEST,
+            subject=STATEMENT,
+            expected=f"sha256 {sha256_bytes(signed.payload)}",
+            observed=f"sha256 {found}",
+            why=f"{STATEMENT} is not the statement signed in {ENVELOPE}",
+        )
+    ]
+
+
+def _bundle_name(bundle: Path, statement: Statement) -> list[Drift]:
+    # abspath, not resolve(): a symlink to a bundle is judged by the name the user gave
+    name = Path(os.path.abspath(bundle)).name  # noqa: PTH100
+    if name == statement.bundle_name:
+        return []
+    return [
+        Drift(
+            kind=DriftKind.STATEMENT,
+            subject=str(bundle),
+            expected=f"a directory named {statement.bundle_name}",
+            observed=f"a directory named {name}",
+            why="the signed statement seals a bundle of another name: a renamed copy, "
+            "or what an interrupted seal left behind",
+        )
+    ]
+
+
+def _layout(statement: Statement) -> list[Drift]:
+    digests = statement.digests()
+    findings = [
+        _statement_problem(name, f"it seals {problem}")
+        for name in digests
+        if (problem := content_path_problem(name)) is not None
+    ]
+    findings += [
+        _statement_problem(name, "it does not seal this file every bundle has")
+        for name in (*REQUIRED_CONTENT, SHA256SUMS)
+        if name not in digests
+    ]
+    manifest = statement.manifest.sha256
+    if MANIFEST in digests and digests[MANIFEST] != manifest:
+        findings.append(
+            _statement_problem(
+                MANIFEST, f"its provenance names another manifest, sha256 {manifest}"
+            )
+        )
+    return findings
+
+
+def _statement_problem(name: str, problem: str) -> Drift:
+    return Drift(
+        kind=DriftKind.STATEMENT,
+        subject=name,
+        expected="a statement in the layout of a repro bundle",
+        observed=problem,
+        why=f"the statement signed in {ENVELOPE} does not describe a repro bundle",
+    )
+
+
+def _missing(name: str, expected: str) -> Drift:
+    return Drift(
+        kind=DriftKind.MISSING_FILE,
+        subject=name,
+        expected=f"sha256 {expected}",
+        observed="no such file",
+        why="a sealed file is missing",
+    )
+
+
+def _files(scan: _Scan, digests: Mapping[str, str]) -> list[Drift]:
+    findings: list[Drift] = []
+    for name in sorted(digests):
+        if name not in scan.files:
+            findings.append(_missing(name, digests[name]))
+        elif (found := sha256_file(scan.files[name])) != digests[name]:
+            findings.append(
+                Drift(
+                    kind=DriftKind.FILE_DIGEST,
+                    subject=name,
+                    expected=f"sha256 {digests[name]}",
+                    observed=f"sha256 {found}",
+                    why="the file differs from the one that was sealed",
+                )
+            )
+    findings += [
+        Drift(
+            kind=DriftKind.EXTRA_FILE,
+            subject=name,
+            expected="no such file",
+            observed=f"sha256 {sha256_file(scan.files[name])}",
+            why="the file is not sealed by the statement",
+        )
+        for name in sorted(scan.files)
+        if name not in digests and name not in SEAL_FILES
+    ]
+    findings += [
+        Drift(
+            kind=DriftKind.EXTRA_FILE,
+            subject=directory + "/",
+            expected="no such directory",
+            observed="a directory without a sealed file",
+            why="the directory is not sealed by the statement",
+        )
+        for directory in scan.directories
+        if not any(name.startswith(directory + "/") for name in digests)
+    ]
+    return findings
+
+
+def _checksums(scan: _Scan, digests: Mapping[str, str]) -> list[Drift]:
+    if SHA256SUMS not in scan.files:
+        return []
+    try:
+        listed = parse_sha256sums(_read(scan.files[SHA256SUMS]), where=SHA256SUMS)
+    except BadInput as error:
+        return [_checksums_problem(error.what + (f" ({error.where})" if error.where else ""))]
+    sealed = {name: digest for name, digest in digests.items() if name != SHA256SUMS}
+    return [
+        _checksums_problem(
+            f"its line for {name} says {listed.get(name, 'nothing')}, "
+            f"the signed statement {sealed.get(name, 'nothing')}"
+        )
+        for name in sorted(sealed.keys() | listed.keys())
+        if listed.get(name) != sealed.get(name)
+    ]
+
+
+def _checksums_problem(problem: str) -> Drift:
+    return Drift(
+        kind=DriftKind.CHECKSUMS,
+        subject=SHA256SUMS,
+        expected="one line per sealed file with its signed sha256, sorted by path",
+        observed=problem,
+        why="SHA256SUMS disagrees with the signed statement",
+    )
