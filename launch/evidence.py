@@ -61,6 +61,20 @@ class MetricsDelta(_Record):
     spec_decode_accepted_per_position: tuple[float, ...] = ()
 
 
+class RunEvidence(_Record):
+    """Everything the gates of one run judge; a field is None when the run did not produce it,
+    and a gate that needs it then fails saying so."""
+
+    rows: tuple[OracleRow, ...] | None = None
+    """The suite's rows of the first fresh start."""
+    teacher: Teacher | None = None
+    metrics: MetricsDelta | None = None
+    server_log: str | None = None
+    """The server's log of the first start, decoded."""
+    later_starts: tuple[tuple[OracleRow, ...], ...] = ()
+    """The suite's rows of each further fresh start, in order (start 2, 3, …)."""
+
+
 class VerdictStatus(StrEnum):
     PASS = "pass"
     FAIL = "fail"

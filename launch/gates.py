@@ -1,0 +1,491 @@
+"""The gates of a run: each one a pure function from evidence to a `Verdict` with its numbers.
+
+This module owns what each gate of the manifest's `[oracle.gates]` means (DESIGN.md, "Oracle
+and gates") and `judge`, the one place that decides which gates a run is judged by. A gate does
+no I/O and no retries; the same function judges a live run and a historical record's files.
+
+`judge` returns a verdict for every kind of gate, in a fixed order: a gate the manifest disables
+is `n/a` and says so; a gate it enables whose evidence is absent fails and names what is missing,
+so a configured gate is never skipped in silence.
+"""
+
+from __future__ import annotations
+
+import re
+from collections import Counter
+from collections.abc import Iterable, Sequence
+from typing import Final
+
+from builder.manifest import Gates, LogMarker, SpecDecodeGate, ThroughputGate
+from launch.evidence import (
+    MetricsDelta,
+    OracleRow,
+    RunEvidence,
+    Teacher,
+    Verdict,
+    VerdictStatus,
+)
+from launch.throughput import HISTORICAL_LABEL, UnmeasurableRow, measure
+
+SURVIVAL_RATIO_MAX: Final = 0.5
+"""Default bound on last/first of the per-position acceptance curve; see `survival_problem`."""
+STALE_DRAFTS: Final = "verifier accepting stale drafts"
+_LINE_BREAK: Final = re.compile(r"\r\n|\r|\n")
+_SHOWN_LINE: Final = 160
+_NO_RANK: Final = "(no rank)"
+
+
+def _verdict(gate: str, passed: bool, summary: str, **details: object) -> Verdict:
+    status = VerdictStatus.PASS if passed else VerdictStatus.FAIL
+    return Verdict(gate=gate, status=status, summary=summary, details=details)
+
+
+def _not_applicable(gate: str, summary: str) -> Verdict:
+    return Verdict(gate=gate, status=VerdictStatus.NOT_APPLICABLE, summary=summary)
+
+
+def _missing(gate: str, what: str) -> Verdict:
+    return _verdict(gate, False, f"no {what} in the run's evidence", missing=what)
+
+
+def _lines(count: int) -> str:
+    return "1 line" if count == 1 else f"{count} lines"
+
+
+def _number(value: float) -> str:
+    """A counter for a person: 1609, not 1609.0."""
+    return str(int(value)) if value.is_integer() else repr(value)
+
+
+# --- token ids and texts ----------------------------------------------------------------------
+
+
+def first_difference(expected: Sequence[int], found: Sequence[int]) -> int | None:
+    """The first index where two token id sequences differ (the shorter one's length when one
+    is a prefix of the other), or None when they are equal."""
+    for index, (a, b) in enumerate(zip(expected, found, strict=False)):
+        if a != b:
+            return index
+    return None if len(expected) == len(found) else min(len(expected), len(found))
+
+
+def _token_at(ids: Sequence[int], index: int) -> str:
+    return str(ids[index]) if index < len(ids) else "end"
+
+
+def _compare_ids(
+    reference: Sequence[tuple[str, Sequence[int]]],
+    candidate: Sequence[tuple[str, Sequence[int]]],
+    names: tuple[str, str],
+) -> tuple[int, list[str], dict[str, object]]:
+    """Rows of `candidate` equal to `reference` by prompt id: the count, each problem worded,
+    and the first differing index of every row."""
+    found = dict(candidate)
+    problems: list[str] = []
+    first_diffs: dict[str, int | None] = {}
+    for prompt_id, expected in reference:
+        if prompt_id not in found:
+            problems.append(f"row {prompt_id} is missing from {names[1]}")
+            continue
+        index = first_difference(expected, found[prompt_id])
+        first_diffs[prompt_id] = index
+        if index is not None:
+            shown = f"{names[0]} {_token_at(expected, index)}, {names[1]} "
+            shown += _token_at(found[prompt_id], index)
+            problems.append(f"row {prompt_id} differs at token {index}: {shown}")
+    known = {prompt_id for prompt_id, _ in reference}
+    problems += [f"row {p} is not in {names[0]}" for p, _ in candidate if p not in known]
+    exact = sum(index is None for index in first_diffs.values())
+    return exact, problems, {"first_difference": first_diffs}
+
+
+def _with_problems(head: str, problems: Sequence[str]) -> str:
+    if not problems:
+        return head
+    more = f" (and {len(problems) - 1} more)" if len(problems) > 1 else ""
+    return f"{head}; {problems[0]}{more}"
+
+
+def exact_token_ids(rows: Sequence[OracleRow], teacher: Teacher) -> Verdict:
+    """Every row's token ids equal the teacher's row of the same prompt id."""
+    reference = [(row.prompt_id, row.token_ids) for row in teacher.rows]
+    candidate = [(row.prompt_id, row.token_ids) for row in rows]
+    exact, problems, details = _compare_ids(reference, candidate, ("teacher", "run"))
+    head = f"{exact}/{len(reference)} rows equal the teacher's token ids"
+    passed = not problems and exact == len(reference)
+    return _verdict("exact_token_ids", passed, _with_problems(head, problems), **details)
+
+
+def text_sha256(rows: Sequence[OracleRow], teacher: Teacher) -> Verdict:
+    """Every row's output text hashes to the teacher's sha256 of the same prompt id."""
+    found = {row.prompt_id: row.text_sha256 for row in rows}
+    problems: list[str] = []
+    for row in teacher.rows:
+        got = found.get(row.prompt_id)
+        if got is None:
+            problems.append(f"row {row.prompt_id} is missing from run")
+        elif got != row.text_sha256:
+            problems.append(
+                f"row {row.prompt_id}: teacher {row.text_sha256[:12]}…, run {got[:12]}…"
+            )
+    expected = {row.prompt_id: row.text_sha256 for row in teacher.rows}
+    problems += [f"row {p} is not in teacher" for p in found if p not in expected]
+    equal = sum(found.get(p) == sha256 for p, sha256 in expected.items())
+    head = f"{equal}/{len(expected)} rows match the teacher's text sha256"
+    summary = _with_problems(head, problems)
+    return _verdict("text_sha256", not problems, summary, run=found, teacher=expected)
+
+
+def fresh_start_reproduces(
+    first: Sequence[OracleRow], again: Sequence[OracleRow], start: int
+) -> Verdict:
+    """Fresh start number `start` (2, 3, …) reproduces the first start's token ids exactly."""
+    names = ("start 1", f"start {start}")
+    reference = [(row.prompt_id, row.token_ids) for row in first]
+    candidate = [(row.prompt_id, row.token_ids) for row in again]
+    exact, problems, details = _compare_ids(reference, candidate, names)
+    head = f"start {start}: {exact}/{len(reference)} rows reproduce start 1's token ids"
+    passed = not problems and exact == len(reference) > 0
+    return _verdict("fresh_starts", passed, _with_problems(head, problems), start=start, **details)
+
+
+# --- no prefix reuse ----------------------------------------------------------------------------
+
+
+def cached_tokens_zero(rows: Sequence[OracleRow]) -> Verdict:
+    """`usage.prompt_tokens_details.cached_tokens` is reported and 0 on every row."""
+    problems = [
+        f"row {row.prompt_id}: "
+        + ("not reported" if row.cached_tokens is None else str(row.cached_tokens))
+        for row in rows
+        if row.cached_tokens != 0
+    ]
+    zero = len(rows) - len(problems)
+    head = f"cached_tokens is 0 on {zero}/{len(rows)} rows"
+    cached = {row.prompt_id: row.cached_tokens for row in rows}
+    passed = bool(rows) and not problems
+    return _verdict("cached_tokens_zero", passed, _with_problems(head, problems), cached=cached)
+
+
+def prefix_cache_hit_delta_zero(metrics: MetricsDelta) -> Verdict:
+    """The prefix cache served no token during the suite: its hit counter did not move."""
+    gate = "prefix_cache_hit_delta_zero"
+    hits = metrics.prefix_cache_hits
+    if hits is None:
+        return _verdict(gate, False, "prefix-cache hits not reported by /metrics", hits=None)
+    summary = f"prefix-cache hits rose by {_number(hits)} during the suite"
+    if hits != 0:
+        summary += ", expected 0"
+    return _verdict(gate, hits == 0, summary, hits=hits, queries=metrics.prefix_cache_queries)
+
+
+# --- the server log -----------------------------------------------------------------------------
+
+
+def log_lines(text: str) -> list[str]:
+    """The log's lines; a carriage return ends a line too (progress bars rewrite theirs)."""
+    lines = _LINE_BREAK.split(text)
+    return lines[:-1] if lines[-1] == "" else lines
+
+
+def _shown(line: str) -> str:
+    return line if len(line) <= _SHOWN_LINE else line[: _SHOWN_LINE - 1] + "…"
+
+
+def marker_counts(marker: LogMarker, lines: Iterable[str]) -> Counter[str]:
+    """Lines matching the marker, by rank label (`(no rank)` for a line without one), or all
+    under the marker's name when it counts over the whole log."""
+    pattern = re.compile(marker.pattern)
+    ranks = None if marker.rank_pattern is None else re.compile(marker.rank_pattern)
+    counts: Counter[str] = Counter()
+    for line in lines:
+        if not pattern.search(line):
+            continue
+        if ranks is None:
+            counts[marker.name] += 1
+        else:
+            rank = ranks.search(line)
+            counts[_NO_RANK if rank is None else rank.group(1)] += 1
+    return counts
+
+
+def log_marker(marker: LogMarker, log_text: str) -> Verdict:
+    """The marker's lines number exactly `count` in the log, or exactly `per_rank[rank]` on
+    each rank; a rank the manifest does not list must have none."""
+    gate = f"log_marker:{marker.name}"
+    counts = marker_counts(marker, log_lines(log_text))
+    if marker.count is not None:
+        found = counts[marker.name]
+        summary = f"{marker.name}: {_lines(found)}, expected {marker.count}"
+        return _verdict(gate, found == marker.count, summary, found=found, expected=marker.count)
+    expected = dict(marker.per_rank)
+    ranks = sorted(set(expected) | set(counts))
+    wrong = [rank for rank in ranks if counts[rank] != expected.get(rank, 0)]
+    if wrong:
+        summary = f"{marker.name}: " + "; ".join(
+            f"{rank} has {_lines(counts[rank])}, expected {expected.get(rank, 0)}" for rank in wrong
+        )
+    else:
+        shown = ", ".join(f"{rank}={expected[rank]}" for rank in sorted(expected))
+        summary = f"{marker.name}: exact on {len(expected)} ranks ({shown})"
+    return _verdict(
+        gate, not wrong, summary, found={r: counts[r] for r in ranks}, expected=expected
+    )
+
+
+def forbidden_log_patterns(patterns: Sequence[str], log_text: str) -> Verdict:
+    """No log line matches any forbidden pattern (a fallback path ran)."""
+    lines = log_lines(log_text)
+    hits: dict[str, list[str]] = {}
+    for pattern in patterns:
+        compiled = re.compile(pattern)
+        matching = [line for line in lines if compiled.search(line)]
+        if matching:
+            hits[pattern] = matching
+    if not hits:
+        summary = f"none of {len(patterns)} forbidden patterns in {_lines(len(lines))} of log"
+        return _verdict("forbidden_log_patterns", True, summary, patterns=list(patterns))
+    problems = [
+        f"forbidden {pattern!r} matches {_lines(len(found))}, first: {_shown(found[0])}"
+        for pattern, found in hits.items()
+    ]
+    summary = problems[0] + (f" (and {len(problems) - 1} more)" if len(problems) > 1 else "")
+    counts = {pattern: len(found) for pattern, found in hits.items()}
+    return _verdict("forbidden_log_patterns", False, summary, matches=counts)
+
+
+# --- speculative decoding -----------------------------------------------------------------------
+
+
+def survival_problem(curve: Sequence[float], ratio_max: float = SURVIVAL_RATIO_MAX) -> str | None:
+    """Why the per-position acceptance curve does not decay, or None when it does.
+
+    `curve[k]` counts the draft tokens accepted at draft position k over the suite. The curve
+    decays when (1) it has at least two positions and curve[0] > 0; (2) it never rises,
+    curve[k+1] <= curve[k]: a verifier accepts position k+1 only after accepting k, so a rise
+    means drafts were accepted past a rejection; and (3) curve[-1] / curve[0] <= `ratio_max`.
+
+    The Laguna record's curve over depth 11 is 1171, 847, 631, 497, 397, 328, 248, 204, 172,
+    140, 112: each position keeps 72-85% of the previous one and last/first is 0.0956. A curve
+    whose last position keeps half or more of the first (the default bound 0.5) would need an
+    average conditional acceptance of 0.5 ** (1/10) = 0.933 per position at depth 11, where the
+    record has 0.79; a flat curve, every draft surviving to its last token, is what a graph
+    replay that rubber-stamped stale drafts produced (198 tok/s, 0/13 exact).
+    """
+    if len(curve) < 2:
+        return f"a curve of {len(curve)} positions cannot show decay"
+    if curve[0] <= 0:
+        return "no draft token accepted at position 0"
+    rises = [k for k in range(len(curve) - 1) if curve[k + 1] > curve[k]]
+    if rises:
+        k = rises[0]
+        rise = f"{_number(curve[k])} → {_number(curve[k + 1])}"
+        return f"survival rises from position {k} to {k + 1} ({rise}): {STALE_DRAFTS}"
+    ratio = curve[-1] / curve[0]
+    if ratio > ratio_max:
+        shown = f"{_number(curve[0])} … {_number(curve[-1])}"
+        return f"survival {shown} does not decay (last/first {ratio:.4f} > {ratio_max}): " + (
+            STALE_DRAFTS
+        )
+    return None
+
+
+def _acceptance_problems(gate: SpecDecodeGate, metrics: MetricsDelta) -> list[str]:
+    accepted, draft_tokens = metrics.spec_decode_accepted, metrics.spec_decode_draft_tokens
+    if accepted is None or draft_tokens is None:
+        return ["accepted or draft tokens not reported by /metrics"]
+    if draft_tokens == 0:
+        return ["no draft tokens during the suite"]
+    rate = accepted / draft_tokens
+    if gate.acceptance_min <= rate <= gate.acceptance_max:
+        return []
+    bounds = f"[{gate.acceptance_min}, {gate.acceptance_max}]"
+    return [f"acceptance {rate:.4f} outside {bounds}"]
+
+
+def _curve_problems(gate: SpecDecodeGate, metrics: MetricsDelta, ratio_max: float) -> list[str]:
+    curve = metrics.spec_decode_accepted_per_position
+    problems: list[str] = []
+    if gate.positions is not None and len(curve) != gate.positions:
+        problems.append(f"{len(curve)} per-position counters, expected {gate.positions}")
+    accepted = metrics.spec_decode_accepted
+    if curve and accepted is not None and sum(curve) != accepted:
+        problems.append(
+            f"per-position counts sum to {_number(sum(curve))}, accepted is {_number(accepted)}"
+        )
+    if gate.survival_must_decay:
+        problem = survival_problem(curve, ratio_max)
+        problems += [] if problem is None else [problem]
+    return problems
+
+
+def spec_decode(
+    gate: SpecDecodeGate, metrics: MetricsDelta, ratio_max: float = SURVIVAL_RATIO_MAX
+) -> Verdict:
+    """Acceptance (accepted / draft tokens) within the declared bounds, the declared number of
+    draft positions, per-position counts that add up to the accepted tokens, and a survival
+    curve that decays (`survival_problem`)."""
+    problems = _acceptance_problems(gate, metrics) + _curve_problems(gate, metrics, ratio_max)
+    curve = metrics.spec_decode_accepted_per_position
+    accepted, draft_tokens = metrics.spec_decode_accepted, metrics.spec_decode_draft_tokens
+    details: dict[str, object] = {
+        "drafts": metrics.spec_decode_drafts,
+        "draft_tokens": draft_tokens,
+        "accepted": accepted,
+        "accepted_per_position": list(curve),
+        "survival_ratio_max": ratio_max,
+    }
+    if problems:
+        return _verdict("spec_decode", False, "; ".join(problems), **details)
+    assert accepted is not None and draft_tokens is not None  # no problem means both reported
+    rate = accepted / draft_tokens
+    summary = (
+        f"acceptance {_number(accepted)}/{_number(draft_tokens)} = {rate:.4f} within "
+        f"[{gate.acceptance_min}, {gate.acceptance_max}]"
+    )
+    if gate.survival_must_decay:
+        ratio = curve[-1] / curve[0]
+        summary += (
+            f"; survival {_number(curve[0])} … {_number(curve[-1])} decays "
+            f"(last/first {ratio:.4f} <= {ratio_max})"
+        )
+    return _verdict("spec_decode", True, summary, acceptance=rate, **details)
+
+
+# --- throughput ---------------------------------------------------------------------------------
+
+
+def throughput(gate: ThroughputGate, rows: Sequence[OracleRow], sealed: float) -> Verdict:
+    """The conventional median rate over `gate.tokens` tokens reaches `gate.floor` times the sealed
+    record's conventional median; the historical N/span median is recorded, never gated."""
+    try:
+        measured = measure(rows, gate.tokens)
+    except UnmeasurableRow as error:
+        return _verdict("throughput", False, error.what, where=error.where, found=error.found)
+    floor_rate = gate.floor * sealed
+    median = measured.conventional_median
+    passed = median >= floor_rate
+    relation = ">=" if passed else "<"
+    summary = (
+        f"conventional median {median:.2f} tok/s over {gate.tokens} tokens {relation} floor "
+        f"{floor_rate:.2f} ({gate.floor} of sealed {sealed:.2f})"
+    )
+    details: dict[str, object] = {
+        "tokens": gate.tokens,
+        "conventional_median": median,
+        "sealed_conventional": sealed,
+        "floor": gate.floor,
+        "floor_rate": floor_rate,
+        "rows": {rate.prompt_id: rate.conventional for rate in measured.rows},
+    }
+    if gate.record_historical:
+        summary += f"; historical N/span median {measured.historical_median:.2f} (not gated)"
+        details["historical"] = {"label": HISTORICAL_LABEL, "median": measured.historical_median}
+    return _verdict("throughput", passed, summary, **details)
+
+
+# --- the gates of a run -------------------------------------------------------------------------
+
+_DISABLED: Final = "disabled in oracle.gates"
+
+
+def _teacher_gates(gates: Gates, evidence: RunEvidence) -> list[Verdict]:
+    verdicts: list[Verdict] = []
+    for name, enabled, gate in (
+        ("exact_token_ids", gates.exact_token_ids, exact_token_ids),
+        ("text_sha256", gates.text_sha256, text_sha256),
+    ):
+        if not enabled:
+            verdicts.append(_not_applicable(name, _DISABLED))
+        elif evidence.rows is None:
+            verdicts.append(_missing(name, "oracle rows"))
+        elif evidence.teacher is None:
+            verdicts.append(_missing(name, "teacher"))
+        else:
+            verdicts.append(gate(evidence.rows, evidence.teacher))
+    return verdicts
+
+
+def _cached_tokens_gate(gates: Gates, evidence: RunEvidence) -> Verdict:
+    if not gates.cached_tokens_zero:
+        return _not_applicable("cached_tokens_zero", _DISABLED)
+    if evidence.rows is None:
+        return _missing("cached_tokens_zero", "oracle rows")
+    return cached_tokens_zero(evidence.rows)
+
+
+def _prefix_cache_gate(gates: Gates, evidence: RunEvidence) -> Verdict:
+    if not gates.prefix_cache_hit_delta_zero:
+        return _not_applicable("prefix_cache_hit_delta_zero", _DISABLED)
+    if evidence.metrics is None:
+        return _missing("prefix_cache_hit_delta_zero", "metrics diff")
+    return prefix_cache_hit_delta_zero(evidence.metrics)
+
+
+def _log_gates(gates: Gates, log: str | None) -> list[Verdict]:
+    verdicts: list[Verdict] = []
+    if not gates.log_markers:
+        verdicts.append(_not_applicable("log_markers", "no log markers declared"))
+    for marker in gates.log_markers:
+        name = f"log_marker:{marker.name}"
+        verdicts.append(_missing(name, "server log") if log is None else log_marker(marker, log))
+    patterns = gates.forbidden_log_patterns
+    name = "forbidden_log_patterns"
+    if not patterns:
+        verdicts.append(_not_applicable(name, "no forbidden log patterns declared"))
+    else:
+        verdicts.append(
+            _missing(name, "server log") if log is None else forbidden_log_patterns(patterns, log)
+        )
+    return verdicts
+
+
+def _spec_decode_gate(gates: Gates, evidence: RunEvidence, ratio_max: float) -> Verdict:
+    if gates.spec_decode is None:
+        return _not_applicable("spec_decode", "no spec_decode gate declared")
+    if evidence.metrics is None:
+        return _missing("spec_decode", "metrics diff")
+    return spec_decode(gates.spec_decode, evidence.metrics, ratio_max)
+
+
+def _throughput_gate(gates: Gates, evidence: RunEvidence) -> Verdict:
+    if gates.throughput is None:
+        return _not_applicable("throughput", "no throughput gate declared")
+    if evidence.rows is None:
+        return _missing("throughput", "oracle rows")
+    if evidence.teacher is None or evidence.teacher.conventional_tok_s is None:
+        return _missing("throughput", "teacher conventional rate")
+    return throughput(gates.throughput, evidence.rows, evidence.teacher.conventional_tok_s)
+
+
+def _fresh_start_gates(gates: Gates, evidence: RunEvidence) -> list[Verdict]:
+    starts = max(gates.fresh_starts - 1, len(evidence.later_starts))
+    if starts == 0:
+        return [_not_applicable("fresh_starts", "one fresh start declared")]
+    if evidence.rows is None:
+        return [_missing("fresh_starts", "oracle rows of start 1")]
+    verdicts: list[Verdict] = []
+    for index in range(starts):
+        start = index + 2
+        if index < len(evidence.later_starts):
+            again = evidence.later_starts[index]
+            verdicts.append(fresh_start_reproduces(evidence.rows, again, start))
+        else:
+            verdicts.append(_missing("fresh_starts", f"oracle rows of start {start}"))
+    return verdicts
+
+
+def judge(
+    gates: Gates, evidence: RunEvidence, *, survival_ratio_max: float = SURVIVAL_RATIO_MAX
+) -> tuple[Verdict, ...]:
+    """A verdict for every kind of gate of `gates`, in a fixed order; a run passes when every
+    verdict `passed` (`n/a` for a gate the manifest does not enable)."""
+    return (
+        *_teacher_gates(gates, evidence),
+        _cached_tokens_gate(gates, evidence),
+        _prefix_cache_gate(gates, evidence),
+        *_log_gates(gates, evidence.server_log),
+        _spec_decode_gate(gates, evidence, survival_ratio_max),
+        _throughput_gate(gates, evidence),
+        *_fresh_start_gates(gates, evidence),
+    )
