@@ -1,0 +1,563 @@
+"""Each gate fails on the real Laguna evidence made wrong in one controlled way, and passes on
+the untouched evidence; `judge` runs every gate the manifest enables, and fails one whose
+evidence is missing."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from pathlib import Path
+from typing import TypeVar
+
+import pytest
+
+from builder.manifest import Gates, LogMarker, SpecDecodeGate, ThroughputGate
+from launch import gates
+from launch.evidence import (
+    MetricsDelta,
+    OracleRow,
+    RunEvidence,
+    Teacher,
+    TeacherRow,
+    VerdictStatus,
+)
+from launch.metrics import delta
+from launch.records import RUN_DIR, Record, load_record
+
+RECORD = Path(__file__).resolve().parents[2] / "shared" / "records" / "laguna-102tps"
+CONVENTIONAL_MEDIAN = 101.94172124017027
+RANKS = tuple(f"Worker_TP{i}_EP{i}" for i in range(4))
+RANK_PATTERN = r"^\((Worker_TP\d+_EP\d+) pid=\d+\)"
+CAPTURED = LogMarker(
+    name="captured",
+    pattern=r"Captured audited breakable cudagraph .*\(graphs=146, eager_breaks=145\)$",
+    rank_pattern=RANK_PATTERN,
+    per_rank=dict.fromkeys(RANKS, 1),
+)
+REPLAYED = CAPTURED.model_copy(
+    update={"name": "replayed", "pattern": CAPTURED.pattern.replace("Captured", "Replayed")}
+)
+PROJECTIONS = LogMarker(
+    name="projections", pattern=r"Prepared Laguna DFlash FP8 W8A16 draft projections", count=4
+)
+FALLBACK = r"Falling back to eager"
+SPEC_DECODE = SpecDecodeGate(acceptance_min=0.2, positions=11)
+THROUGHPUT = ThroughputGate(tokens=100, floor=0.95)
+Row = TypeVar("Row", OracleRow, TeacherRow)
+GATES = Gates(
+    log_markers=(CAPTURED, REPLAYED, PROJECTIONS),
+    forbidden_log_patterns=(FALLBACK,),
+    spec_decode=SPEC_DECODE,
+    throughput=THROUGHPUT,
+)
+
+
+@pytest.fixture(scope="module")
+def record() -> Record:
+    if not RECORD.is_dir():
+        pytest.fail(f"the Laguna record is not at {RECORD}: the tests need ../shared/records")
+    return load_record(RECORD)
+
+
+@pytest.fixture(scope="module")
+def metrics_text() -> tuple[str, str]:
+    run = RECORD / RUN_DIR
+    before = (run / "metrics-before-suite.prom").read_text("utf-8")
+    return before, (run / "metrics-after-suite.prom").read_text("utf-8")
+
+
+def with_token(rows: Sequence[Row], prompt_id: str, index: int, token: int) -> tuple[Row, ...]:
+    """`rows` with token `index` of row `prompt_id` replaced."""
+
+    def changed(row: Row) -> Row:
+        ids = list(row.token_ids)
+        ids[index] = token
+        return row.model_copy(update={"token_ids": tuple(ids)})
+
+    return tuple(changed(row) if row.prompt_id == prompt_id else row for row in rows)
+
+
+def set_counter(text: str, sample: str, value: float) -> str:
+    """The metrics text with the value of the one sample line starting `sample` replaced."""
+    pattern = re.compile(rf"^{re.escape(sample)} \S+$", re.MULTILINE)
+    replaced, count = pattern.subn(f"{sample} {value!r}", text)
+    assert count == 1, sample
+    return replaced
+
+
+def accepted_sample(position: int | None = None) -> str:
+    labels = 'engine="0",model_name="laguna-s-2.1-int4"'
+    if position is None:
+        return f"vllm:spec_decode_num_accepted_tokens_total{{{labels}}}"
+    return f'vllm:spec_decode_num_accepted_tokens_per_pos_total{{{labels},position="{position}"}}'
+
+
+def without_lines(log: str, *needles: str) -> str:
+    """The log without the lines that contain every needle (line breaks kept as they were)."""
+    parts = re.split(r"(\r\n|\r|\n)", log)
+    kept = [
+        part
+        for index, part in enumerate(parts)
+        if not all(needle in part for needle in needles)
+        and not (index % 2 == 1 and all(needle in parts[index - 1] for needle in needles))
+    ]
+    return "".join(kept)
+
+
+def line_with(log: str, *needles: str) -> str:
+    (line,) = (line for line in gates.log_lines(log) if all(needle in line for needle in needles))
+    return line
+
+
+# --- the untouched evidence --------------------------------------------------------------------
+
+
+def test_the_untouched_evidence_passes_every_enabled_gate(record: Record) -> None:
+    evidence = record.run_evidence(CONVENTIONAL_MEDIAN)
+    evidence = evidence.model_copy(update={"later_starts": (record.bench.rows,)})
+    verdicts = gates.judge(GATES.model_copy(update={"fresh_starts": 2}), evidence)
+    assert [(v.gate, v.status, v.summary) for v in verdicts] == [
+        ("exact_token_ids", VerdictStatus.PASS, "13/13 rows equal the teacher's token ids"),
+        ("text_sha256", VerdictStatus.PASS, "13/13 rows match the teacher's text sha256"),
+        ("cached_tokens_zero", VerdictStatus.PASS, "cached_tokens is 0 on 13/13 rows"),
+        (
+            "prefix_cache_hit_delta_zero",
+            VerdictStatus.PASS,
+            "prefix-cache hits rose by 0 during the suite",
+        ),
+        (
+            "log_marker:captured",
+            VerdictStatus.PASS,
+            "captured: exact on 4 ranks (Worker_TP0_EP0=1, Worker_TP1_EP1=1, Worker_TP2_EP2=1, "
+            "Worker_TP3_EP3=1)",
+        ),
+        (
+            "log_marker:replayed",
+            VerdictStatus.PASS,
+            "replayed: exact on 4 ranks (Worker_TP0_EP0=1, Worker_TP1_EP1=1, Worker_TP2_EP2=1, "
+            "Worker_TP3_EP3=1)",
+        ),
+        ("log_marker:projections", VerdictStatus.PASS, "projections: 4 lines, expected 4"),
+        (
+            "forbidden_log_patterns",
+            VerdictStatus.PASS,
+            "none of 1 forbidden patterns in 308 lines of log",
+        ),
+        (
+            "spec_decode",
+            VerdictStatus.PASS,
+            "acceptance 4747/17699 = 0.2682 within [0.2, 1.0]; survival 1171 … 112 decays "
+            "(last/first 0.0956 <= 0.5)",
+        ),
+        (
+            "throughput",
+            VerdictStatus.PASS,
+            "conventional median 101.94 tok/s over 100 tokens >= floor 96.84 "
+            "(0.95 of sealed 101.94)",
+        ),
+        (
+            "fresh_starts",
+            VerdictStatus.PASS,
+            "start 2: 13/13 rows reproduce start 1's token ids",
+        ),
+    ]
+
+
+# --- token ids and texts ----------------------------------------------------------------------
+
+
+def test_a_teacher_with_one_token_changed_fails_naming_the_row_and_index(record: Record) -> None:
+    assert record.bench.rows[3].token_ids[200] == 3226
+    rows = with_token(record.teacher.rows, "concurrency-review", 200, 3227)
+    teacher = Teacher(suite=record.teacher.suite, rows=rows)
+    verdict = gates.exact_token_ids(record.bench.rows, teacher)
+    assert verdict.status is VerdictStatus.FAIL
+    assert verdict.summary == (
+        "12/13 rows equal the teacher's token ids; "
+        "row concurrency-review differs at token 200: teacher 3227, run 3226"
+    )
+    first_difference = verdict.details["first_difference"]
+    assert isinstance(first_difference, dict)
+    assert first_difference["concurrency-review"] == 200
+    assert sum(index is None for index in first_difference.values()) == 12
+
+
+def test_a_run_row_that_stops_early_differs_at_its_end(record: Record) -> None:
+    short = record.bench.rows[10].model_copy(
+        update={"token_ids": record.bench.rows[10].token_ids[:295]}
+    )
+    rows = (*record.bench.rows[:10], short, *record.bench.rows[11:])
+    verdict = gates.exact_token_ids(rows, record.teacher)
+    assert verdict.summary == (
+        "12/13 rows equal the teacher's token ids; "
+        "row structured-extraction differs at token 295: teacher 24, run end"
+    )
+
+
+def test_a_missing_row_fails_the_token_and_text_gates(record: Record) -> None:
+    rows = record.bench.rows[:12]
+    ids = gates.exact_token_ids(rows, record.teacher)
+    texts = gates.text_sha256(rows, record.teacher)
+    assert (ids.status, texts.status) == (VerdictStatus.FAIL, VerdictStatus.FAIL)
+    assert ids.summary == (
+        "12/13 rows equal the teacher's token ids; "
+        "row long-rollover-repository-audit is missing from run"
+    )
+    assert texts.summary == (
+        "12/13 rows match the teacher's text sha256; "
+        "row long-rollover-repository-audit is missing from run"
+    )
+
+
+def test_a_text_hash_that_differs_fails(record: Record) -> None:
+    rows = tuple(
+        row.model_copy(update={"text_sha256": "f" * 64})
+        if row.prompt_id == "typescript-cancellation"
+        else row
+        for row in record.bench.rows
+    )
+    verdict = gates.text_sha256(rows, record.teacher)
+    assert verdict.status is VerdictStatus.FAIL
+    assert verdict.summary == (
+        "12/13 rows match the teacher's text sha256; "
+        "row typescript-cancellation: teacher b2bd17cbed6a…, run ffffffffffff…"
+    )
+
+
+def test_a_second_start_with_one_token_different_fails(record: Record) -> None:
+    again = with_token(record.bench.rows, "structured-extraction", 295, 25)
+    verdict = gates.fresh_start_reproduces(record.bench.rows, again, 2)
+    assert verdict.status is VerdictStatus.FAIL
+    assert verdict.summary == (
+        "start 2: 12/13 rows reproduce start 1's token ids; "
+        "row structured-extraction differs at token 295: start 1 24, start 2 25"
+    )
+
+
+# --- no prefix reuse ----------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("cached", "shown"), [(1, "1"), (None, "not reported")], ids=["one", "unreported"]
+)
+def test_a_row_with_cached_tokens_fails(record: Record, cached: int | None, shown: str) -> None:
+    rows = tuple(
+        row.model_copy(update={"cached_tokens": cached})
+        if row.prompt_id == "sql-sessionization"
+        else row
+        for row in record.bench.rows
+    )
+    verdict = gates.cached_tokens_zero(rows)
+    assert verdict.status is VerdictStatus.FAIL
+    assert verdict.summary == f"cached_tokens is 0 on 12/13 rows; row sql-sessionization: {shown}"
+
+
+def test_no_rows_cannot_show_zero_cached_tokens() -> None:
+    verdict = gates.cached_tokens_zero([])
+    assert (verdict.status, verdict.summary) == (
+        VerdictStatus.FAIL,
+        "cached_tokens is 0 on 0/0 rows",
+    )
+
+
+def test_prefix_cache_hits_during_the_suite_fail(metrics_text: tuple[str, str]) -> None:
+    before, after = metrics_text
+    hits = 'vllm:prefix_cache_hits_total{engine="0",model_name="laguna-s-2.1-int4"}'
+    metrics = delta(before, set_counter(after, hits, 128.0))
+    verdict = gates.prefix_cache_hit_delta_zero(metrics)
+    assert (verdict.status, verdict.summary) == (
+        VerdictStatus.FAIL,
+        "prefix-cache hits rose by 128 during the suite, expected 0",
+    )
+    assert verdict.details == {"hits": 128.0, "queries": 0.0}
+
+
+def test_prefix_cache_hits_not_reported_fail(record: Record) -> None:
+    metrics = record.metrics.model_copy(update={"prefix_cache_hits": None})
+    verdict = gates.prefix_cache_hit_delta_zero(metrics)
+    assert (verdict.status, verdict.summary) == (
+        VerdictStatus.FAIL,
+        "prefix-cache hits not reported by /metrics",
+    )
+
+
+# --- the server log -----------------------------------------------------------------------------
+
+
+def test_a_forbidden_pattern_in_the_log_fails(record: Record) -> None:
+    fallback = (
+        "(Worker_TP2_EP2 pid=162989) WARNING 07-26 17:47:50 [breakable_cudagraph.py:801] "
+        "Falling back to eager execution for BatchDescriptor(num_tokens=12)"
+    )
+    log = record.server_log + fallback + "\r"
+    verdict = gates.forbidden_log_patterns([FALLBACK], log)
+    assert verdict.status is VerdictStatus.FAIL
+    assert verdict.summary == (
+        "forbidden 'Falling back to eager' matches 1 line, first: (Worker_TP2_EP2 pid=162989) "
+        "WARNING 07-26 17:47:50 [breakable_cudagraph.py:801] Falling back to eager execution "
+        "for BatchDescriptor(num_tokens=12)"
+    )
+    assert verdict.details == {"matches": {FALLBACK: 1}}
+
+
+def test_a_marker_missing_on_one_rank_fails(record: Record) -> None:
+    log = without_lines(record.server_log, "Worker_TP2_EP2", "Replayed audited")
+    assert gates.log_lines(log) == [
+        line
+        for line in gates.log_lines(record.server_log)
+        if line != line_with(record.server_log, "Worker_TP2_EP2", "Replayed audited")
+    ]
+    verdict = gates.log_marker(REPLAYED, log)
+    assert (verdict.status, verdict.summary) == (
+        VerdictStatus.FAIL,
+        "replayed: Worker_TP2_EP2 has 0 lines, expected 1",
+    )
+    assert verdict.details["found"] == {
+        "Worker_TP0_EP0": 1,
+        "Worker_TP1_EP1": 1,
+        "Worker_TP2_EP2": 0,
+        "Worker_TP3_EP3": 1,
+    }
+
+
+def test_a_marker_twice_on_one_rank_fails(record: Record) -> None:
+    captured = line_with(record.server_log, "Worker_TP1_EP1", "Captured audited")
+    log = record.server_log + captured + "\n"
+    verdict = gates.log_marker(CAPTURED, log)
+    assert (verdict.status, verdict.summary) == (
+        VerdictStatus.FAIL,
+        "captured: Worker_TP1_EP1 has 2 lines, expected 1",
+    )
+
+
+def test_a_marker_with_other_graph_counts_fails(record: Record) -> None:
+    log = record.server_log.replace("graphs=146, eager_breaks=145", "graphs=146, eager_breaks=0")
+    verdict = gates.log_marker(CAPTURED, log)
+    assert verdict.summary == (
+        "captured: Worker_TP0_EP0 has 0 lines, expected 1; Worker_TP1_EP1 has 0 lines, "
+        "expected 1; Worker_TP2_EP2 has 0 lines, expected 1; Worker_TP3_EP3 has 0 lines, "
+        "expected 1"
+    )
+
+
+def test_a_marker_on_an_undeclared_rank_or_without_a_rank_fails(record: Record) -> None:
+    captured = line_with(record.server_log, "Worker_TP3_EP3", "Captured audited")
+    extra = captured.replace("Worker_TP3_EP3", "Worker_TP4_EP4")
+    unranked = captured.replace("(Worker_TP3_EP3 pid=162990) ", "")
+    verdict = gates.log_marker(CAPTURED, f"{record.server_log}{extra}\n{unranked}\n")
+    assert verdict.summary == (
+        "captured: (no rank) has 1 line, expected 0; Worker_TP4_EP4 has 1 line, expected 0"
+    )
+
+
+def test_a_marker_absent_from_the_whole_log_fails(record: Record) -> None:
+    log = without_lines(record.server_log, "Prepared Laguna DFlash")
+    verdict = gates.log_marker(PROJECTIONS, log)
+    assert (verdict.status, verdict.summary) == (
+        VerdictStatus.FAIL,
+        "projections: 0 lines, expected 4",
+    )
+
+
+# --- speculative decoding -----------------------------------------------------------------------
+
+
+def altered_curve(
+    metrics_text: tuple[str, str], curve: Sequence[float], accepted: float
+) -> MetricsDelta:
+    before, after = metrics_text
+    for position, value in enumerate(curve):
+        after = set_counter(after, accepted_sample(position), value)
+    return delta(before, set_counter(after, accepted_sample(), accepted))
+
+
+def test_a_flat_survival_curve_fails_as_stale_drafts(metrics_text: tuple[str, str]) -> None:
+    metrics = altered_curve(metrics_text, [1171.0] * 11, 11 * 1171.0)
+    assert metrics.spec_decode_accepted_per_position == (1171.0,) * 11
+    verdict = gates.spec_decode(SPEC_DECODE, metrics)
+    assert verdict.status is VerdictStatus.FAIL
+    assert verdict.summary == (
+        "survival 1171 … 1171 does not decay (last/first 1.0000 > 0.5): "
+        "verifier accepting stale drafts"
+    )
+
+
+def test_a_nearly_flat_survival_curve_fails(metrics_text: tuple[str, str]) -> None:
+    curve = [1171.0 - 45 * position for position in range(11)]  # 1171 … 721
+    metrics = altered_curve(metrics_text, curve, sum(curve))
+    verdict = gates.spec_decode(SPEC_DECODE, metrics)
+    assert verdict.summary == (
+        "survival 1171 … 721 does not decay (last/first 0.6157 > 0.5): "
+        "verifier accepting stale drafts"
+    )
+
+
+def test_a_survival_curve_that_rises_fails(metrics_text: tuple[str, str]) -> None:
+    curve = [1171.0, 847.0, 631.0, 497.0, 328.0, 397.0, 248.0, 204.0, 172.0, 140.0, 112.0]
+    metrics = altered_curve(metrics_text, curve, 4747.0)
+    verdict = gates.spec_decode(SPEC_DECODE, metrics)
+    assert verdict.summary == (
+        "survival rises from position 4 to 5 (328 → 397): verifier accepting stale drafts"
+    )
+
+
+def test_per_position_counts_must_add_up_to_the_accepted_tokens(
+    metrics_text: tuple[str, str],
+) -> None:
+    before, after = metrics_text
+    metrics = delta(before, set_counter(after, accepted_sample(), 4748.0))
+    verdict = gates.spec_decode(SPEC_DECODE, metrics)
+    assert verdict.summary == "per-position counts sum to 4747, accepted is 4748"
+
+
+def test_acceptance_outside_the_declared_bounds_and_wrong_depth_fail(record: Record) -> None:
+    gate = SpecDecodeGate(acceptance_min=0.3, acceptance_max=0.9, positions=12)
+    verdict = gates.spec_decode(gate, record.metrics)
+    assert verdict.summary == (
+        "acceptance 0.2682 outside [0.3, 0.9]; 11 per-position counters, expected 12"
+    )
+
+
+def test_no_spec_decode_counters_fail() -> None:
+    metrics = MetricsDelta(prefix_cache_hits=0.0)
+    verdict = gates.spec_decode(SPEC_DECODE, metrics)
+    assert verdict.summary == (
+        "accepted or draft tokens not reported by /metrics; 0 per-position counters, "
+        "expected 11; a curve of 0 positions cannot show decay"
+    )
+
+
+def test_a_flat_curve_passes_only_where_decay_is_not_required(
+    metrics_text: tuple[str, str],
+) -> None:
+    metrics = altered_curve(metrics_text, [1171.0] * 11, 11 * 1171.0)
+    gate = SPEC_DECODE.model_copy(update={"survival_must_decay": False})
+    verdict = gates.spec_decode(gate, metrics)
+    assert (verdict.status, verdict.summary) == (
+        VerdictStatus.PASS,
+        "acceptance 12881/17699 = 0.7278 within [0.2, 1.0]",
+    )
+
+
+# --- throughput ---------------------------------------------------------------------------------
+
+
+def test_a_floor_above_what_was_measured_fails(record: Record) -> None:
+    verdict = gates.throughput(THROUGHPUT, record.bench.rows, 110.0)
+    assert (verdict.status, verdict.summary) == (
+        VerdictStatus.FAIL,
+        "conventional median 101.94 tok/s over 100 tokens < floor 104.50 (0.95 of sealed 110.00)",
+    )
+    assert verdict.details["conventional_median"] == CONVENTIONAL_MEDIAN
+    assert verdict.details["floor_rate"] == 0.95 * 110.0
+
+
+def test_a_run_ten_percent_slower_than_the_record_fails(record: Record) -> None:
+    slower = tuple(
+        row.model_copy(update={"token_offsets_s": tuple(t * 1.1 for t in row.token_offsets_s)})
+        for row in record.bench.rows
+    )
+    verdict = gates.throughput(THROUGHPUT, slower, CONVENTIONAL_MEDIAN)
+    assert verdict.status is VerdictStatus.FAIL
+    assert verdict.summary == (
+        "conventional median 92.67 tok/s over 100 tokens < floor 96.84 (0.95 of sealed 101.94)"
+    )
+    assert verdict.details["conventional_median"] == pytest.approx(
+        CONVENTIONAL_MEDIAN / 1.1, rel=1e-12
+    )
+
+
+def test_a_row_too_short_for_the_window_fails_the_throughput_gate(record: Record) -> None:
+    gate = THROUGHPUT.model_copy(update={"tokens": 300})
+    verdict = gates.throughput(gate, record.bench.rows, CONVENTIONAL_MEDIAN)
+    assert (verdict.status, verdict.summary) == (
+        VerdictStatus.FAIL,
+        "row 'structured-extraction' streamed fewer tokens than the throughput window",
+    )
+    assert verdict.details == {"where": "row 10 (structured-extraction)", "found": "296"}
+
+
+# --- judge --------------------------------------------------------------------------------------
+
+
+def test_enabled_gates_without_their_evidence_fail_naming_what_is_missing() -> None:
+    verdicts = gates.judge(GATES.model_copy(update={"fresh_starts": 2}), RunEvidence())
+    assert [(v.gate, v.status, v.summary) for v in verdicts] == [
+        ("exact_token_ids", VerdictStatus.FAIL, "no oracle rows in the run's evidence"),
+        ("text_sha256", VerdictStatus.FAIL, "no oracle rows in the run's evidence"),
+        ("cached_tokens_zero", VerdictStatus.FAIL, "no oracle rows in the run's evidence"),
+        (
+            "prefix_cache_hit_delta_zero",
+            VerdictStatus.FAIL,
+            "no metrics diff in the run's evidence",
+        ),
+        ("log_marker:captured", VerdictStatus.FAIL, "no server log in the run's evidence"),
+        ("log_marker:replayed", VerdictStatus.FAIL, "no server log in the run's evidence"),
+        ("log_marker:projections", VerdictStatus.FAIL, "no server log in the run's evidence"),
+        ("forbidden_log_patterns", VerdictStatus.FAIL, "no server log in the run's evidence"),
+        ("spec_decode", VerdictStatus.FAIL, "no metrics diff in the run's evidence"),
+        ("throughput", VerdictStatus.FAIL, "no oracle rows in the run's evidence"),
+        ("fresh_starts", VerdictStatus.FAIL, "no oracle rows of start 1 in the run's evidence"),
+    ]
+
+
+def test_a_declared_second_start_that_did_not_run_fails(record: Record) -> None:
+    evidence = record.run_evidence(CONVENTIONAL_MEDIAN)
+    verdicts = gates.judge(GATES.model_copy(update={"fresh_starts": 3}), evidence)
+    assert [(v.gate, v.status, v.summary) for v in verdicts[-2:]] == [
+        ("fresh_starts", VerdictStatus.FAIL, "no oracle rows of start 2 in the run's evidence"),
+        ("fresh_starts", VerdictStatus.FAIL, "no oracle rows of start 3 in the run's evidence"),
+    ]
+
+
+def test_a_throughput_gate_without_a_sealed_rate_fails(record: Record) -> None:
+    verdicts = gates.judge(GATES, record.run_evidence())
+    (verdict,) = (v for v in verdicts if v.gate == "throughput")
+    assert (verdict.status, verdict.summary) == (
+        VerdictStatus.FAIL,
+        "no teacher conventional rate in the run's evidence",
+    )
+
+
+def test_gates_the_manifest_disables_are_not_applicable_and_say_so(record: Record) -> None:
+    off = Gates(
+        exact_token_ids=False,
+        text_sha256=False,
+        cached_tokens_zero=False,
+        prefix_cache_hit_delta_zero=False,
+    )
+    verdicts = gates.judge(off, RunEvidence())
+    assert [(v.gate, v.status, v.summary) for v in verdicts] == [
+        ("exact_token_ids", VerdictStatus.NOT_APPLICABLE, "disabled in oracle.gates"),
+        ("text_sha256", VerdictStatus.NOT_APPLICABLE, "disabled in oracle.gates"),
+        ("cached_tokens_zero", VerdictStatus.NOT_APPLICABLE, "disabled in oracle.gates"),
+        ("prefix_cache_hit_delta_zero", VerdictStatus.NOT_APPLICABLE, "disabled in oracle.gates"),
+        ("log_markers", VerdictStatus.NOT_APPLICABLE, "no log markers declared"),
+        (
+            "forbidden_log_patterns",
+            VerdictStatus.NOT_APPLICABLE,
+            "no forbidden log patterns declared",
+        ),
+        ("spec_decode", VerdictStatus.NOT_APPLICABLE, "no spec_decode gate declared"),
+        ("throughput", VerdictStatus.NOT_APPLICABLE, "no throughput gate declared"),
+        ("fresh_starts", VerdictStatus.NOT_APPLICABLE, "one fresh start declared"),
+    ]
+    assert all(v.passed for v in verdicts)
+
+
+def test_every_failure_of_a_run_is_reported_at_once(
+    record: Record, metrics_text: tuple[str, str]
+) -> None:
+    before, after = metrics_text
+    hits = 'vllm:prefix_cache_hits_total{engine="0",model_name="laguna-s-2.1-int4"}'
+    evidence = record.run_evidence(CONVENTIONAL_MEDIAN).model_copy(
+        update={
+            "metrics": delta(before, set_counter(after, hits, 1.0)),
+            "later_starts": (with_token(record.bench.rows, "python-lru-cache", 0, 73),),
+        }
+    )
+    verdicts = gates.judge(GATES, evidence)
+    assert [v.gate for v in verdicts if not v.passed] == [
+        "prefix_cache_hit_delta_zero",
+        "fresh_starts",
+    ]
