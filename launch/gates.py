@@ -81,7 +81,8 @@ def _compare_ids(
     """Rows of `candidate` equal to `reference` by prompt id: the count, each problem worded,
     and the first differing index of every row."""
     found = dict(candidate)
-    problems: list[str] = []
+    problems = _repeated((p for p, _ in reference), names[0])
+    problems += _repeated((p for p, _ in candidate), names[1])
     first_diffs: dict[str, int | None] = {}
     for prompt_id, expected in reference:
         if prompt_id not in found:
@@ -99,6 +100,12 @@ def _compare_ids(
     return exact, problems, {"first_difference": first_diffs}
 
 
+def _repeated(prompt_ids: Iterable[str], where: str) -> list[str]:
+    """A row given twice would hide behind its twin: each repeated prompt id is a problem."""
+    counts = Counter(prompt_ids)
+    return [f"row {p} appears {counts[p]} times in {where}" for p in counts if counts[p] > 1]
+
+
 def _with_problems(head: str, problems: Sequence[str]) -> str:
     if not problems:
         return head
@@ -112,14 +119,15 @@ def exact_token_ids(rows: Sequence[OracleRow], teacher: Teacher) -> Verdict:
     candidate = [(row.prompt_id, row.token_ids) for row in rows]
     exact, problems, details = _compare_ids(reference, candidate, ("teacher", "run"))
     head = f"{exact}/{len(reference)} rows equal the teacher's token ids"
-    passed = not problems and exact == len(reference)
+    passed = not problems and exact == len(reference) > 0
     return _verdict("exact_token_ids", passed, _with_problems(head, problems), **details)
 
 
 def text_sha256(rows: Sequence[OracleRow], teacher: Teacher) -> Verdict:
     """Every row's output text hashes to the teacher's sha256 of the same prompt id."""
     found = {row.prompt_id: row.text_sha256 for row in rows}
-    problems: list[str] = []
+    problems = _repeated((row.prompt_id for row in teacher.rows), "teacher")
+    problems += _repeated((row.prompt_id for row in rows), "run")
     for row in teacher.rows:
         got = found.get(row.prompt_id)
         if got is None:
@@ -133,7 +141,8 @@ def text_sha256(rows: Sequence[OracleRow], teacher: Teacher) -> Verdict:
     equal = sum(found.get(p) == sha256 for p, sha256 in expected.items())
     head = f"{equal}/{len(expected)} rows match the teacher's text sha256"
     summary = _with_problems(head, problems)
-    return _verdict("text_sha256", not problems, summary, run=found, teacher=expected)
+    passed = not problems and bool(expected)
+    return _verdict("text_sha256", passed, summary, run=found, teacher=expected)
 
 
 def fresh_start_reproduces(

@@ -209,6 +209,30 @@ def test_a_missing_row_fails_the_token_and_text_gates(record: Record) -> None:
     )
 
 
+def test_a_row_given_twice_fails_even_when_identical(record: Record) -> None:
+    rows = (*record.bench.rows, record.bench.rows[4])
+    ids = gates.exact_token_ids(rows, record.teacher)
+    texts = gates.text_sha256(rows, record.teacher)
+    assert ids.summary == (
+        "13/13 rows equal the teacher's token ids; row arithmetic-reasoning appears 2 times in run"
+    )
+    assert texts.summary == (
+        "13/13 rows match the teacher's text sha256; "
+        "row arithmetic-reasoning appears 2 times in run"
+    )
+    assert (ids.status, texts.status) == (VerdictStatus.FAIL, VerdictStatus.FAIL)
+
+
+def test_an_empty_teacher_and_run_prove_nothing(record: Record) -> None:
+    empty = Teacher(suite=record.teacher.suite, rows=())
+    ids = gates.exact_token_ids([], empty)
+    texts = gates.text_sha256([], empty)
+    assert [(v.status, v.summary) for v in (ids, texts)] == [
+        (VerdictStatus.FAIL, "0/0 rows equal the teacher's token ids"),
+        (VerdictStatus.FAIL, "0/0 rows match the teacher's text sha256"),
+    ]
+
+
 def test_a_text_hash_that_differs_fails(record: Record) -> None:
     rows = tuple(
         row.model_copy(update={"text_sha256": "f" * 64})
