@@ -55,7 +55,7 @@ def test_check_json_is_the_versioned_plan() -> None:
     assert document["version"] == 1
     plan = document["plan"]
     assert [(m["role"], m["files"]) for m in plan["models"]] == [("target", 2), ("draft", 1)]
-    assert plan["native"]["kernel_sets"] == ["xpu-b70"]
+    assert plan["native"]["kernel_sets"] == ["xpu"]
     assert plan["launch"]["argv"][0] == "{python}"
     assert plan["oracle"]["suite"]["prompts"] == 2
     assert [g["gate"] for g in plan["oracle"]["gates"]] == [
@@ -179,3 +179,18 @@ def test_malformed_manifests_exit_0_or_2_and_never_raise(content: bytes) -> None
     if code == 2:
         assert err.startswith("error:")
         assert str(path) in err
+
+
+def test_an_unknown_kernel_set_is_refused_naming_the_manifest_key(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    document = tomllib.loads(TINY_CPU.read_text())
+    document["native"]["kernel_sets"] = ["cpu", "rocm"]
+    document["oracle"]["suite"] = str(TINY_CPU.parent / document["oracle"]["suite"])
+    manifest = tmp_path / "rocm.toml"
+    manifest.write_text(tomli_w.dumps(document))
+    assert main(["check", str(manifest)]) == 2
+    error = capsys.readouterr().err
+    assert "error: no such kernel set" in error
+    assert f"{manifest}: native.kernel_sets[1]" in error
+    assert "expected: one of cpu, cuda, xpu" in error

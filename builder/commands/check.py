@@ -15,7 +15,8 @@ from typing import Any
 from rich.markup import escape
 from rich.table import Table
 
-from builder.errors import ExitCode
+from builder.errors import BadInput, ExitCode
+from builder.kernels import KernelSet
 from builder.manifest import Gates, LogMarker, Manifest, Suite
 from builder.render import console, table, write_json
 
@@ -95,11 +96,26 @@ def _sources(manifest: Manifest) -> list[dict[str, Any]]:
     ]
 
 
+def _kernel_set(manifest: Manifest, index: int, name: str) -> str:
+    """A kernel set the manifest names must exist in kernels/ and be well formed."""
+    try:
+        return KernelSet.load(name).name
+    except BadInput as error:
+        raise BadInput(
+            error.what,
+            where=f"{manifest.source}: native.kernel_sets[{index}] ({error.where})",
+            expected=error.expected,
+            found=error.found,
+        ) from error
+
+
 def _native(manifest: Manifest) -> dict[str, Any]:
     native = manifest.native
     return {
         "modules": list(native.modules),
-        "kernel_sets": list(native.kernel_sets),
+        "kernel_sets": [
+            _kernel_set(manifest, i, name) for i, name in enumerate(native.kernel_sets)
+        ],
         "allowed_roots": list(native.allowed_roots),
         "allowed_mappings": list(native.allowed_mappings),
         "preload": list(native.preload),
