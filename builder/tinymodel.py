@@ -134,11 +134,7 @@ def generate(dest: Path) -> dict[str, str]:
 
 def file_digests(directory: Path) -> dict[str, str]:
     """sha256 of each regular file directly in `directory`, by name."""
-    return {
-        path.name: sha256_file(path)
-        for path in sorted(directory.iterdir())
-        if path.is_file()
-    }
+    return {path.name: sha256_file(path) for path in sorted(directory.iterdir()) if path.is_file()}
 
 
 def _accept_existing(dest: Path, digests: dict[str, str]) -> None:
