@@ -4,7 +4,8 @@ The signature covers the pre-authentication encoding PAE(type, payload) =
 "DSSEv1" SP LEN(type) SP type SP LEN(payload) SP payload, where LEN is the byte length in ASCII
 decimal without leading zeros and SP one space. The envelope is the JSON object
 {"payload": base64(payload), "payloadType": type, "signatures": [{"keyid", "sig": base64}]},
-base64 in its standard alphabet with padding, written as canonical JSON.
+base64 in its standard alphabet with padding, written as canonical JSON; an envelope that is not
+canonical is refused, so no byte of it can change unnoticed.
 
 A key id in a signature only says which trusted key to try; nothing else is tried. An envelope
 verifies when at least one signature is by a trusted key and every signature by a trusted key
@@ -19,7 +20,7 @@ from dataclasses import dataclass
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from builder.canonical import canonical_json, parse_json
+from builder.canonical import canonical_json, parse_canonical
 from builder.errors import BadInput, ReproError
 from builder.keys import SigningKey, TrustedKeys
 
@@ -74,7 +75,7 @@ class Envelope(_Frozen):
     @classmethod
     def from_json(cls, data: bytes, *, where: str) -> Envelope:
         try:
-            return cls.model_validate(parse_json(data, where=where))
+            return cls.model_validate(parse_canonical(data, where=where))
         except ValidationError as error:
             problem = error.errors()[0]
             location = ".".join(str(part) for part in problem["loc"]) or "the document"

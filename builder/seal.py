@@ -86,9 +86,12 @@ def seal(
     parent: Path,
     *,
     force: bool = False,
-    progress: Progress = _no_progress,
+    progress: Progress | None = None,
 ) -> SealedBundle:
-    """Seal `content` with `key` as `parent/<name>/`; refuse an existing one unless `force`."""
+    """Seal `content` with `key` as `parent/<name>/`; refuse an existing one unless `force`.
+
+    `progress`, if given, is called after each step with what was done."""
+    progress = progress or _no_progress
     final = parent / check_bundle_name(content.name)
     _check_destination(final, force=force)
     workdir = Path(tempfile.mkdtemp(prefix=f".{content.name}.sealing-", dir=parent))
