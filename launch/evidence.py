@@ -47,6 +47,9 @@ class TeacherRow(_Record):
 class Teacher(_Record):
     suite: str
     rows: tuple[TeacherRow, ...]
+    conventional_tok_s: float | None = None
+    """The teacher run's conventional median rate (`launch.throughput`) over the manifest's
+    throughput tokens, tok/s: what a throughput floor scales. None when no throughput is gated."""
 
 
 class MetricsDelta(_Record):
