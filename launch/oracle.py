@@ -1,0 +1,266 @@
+"""The oracle client: the suite, asked once, in order, cold, of a running server.
+
+This module owns how a suite becomes `OracleRow`s (DESIGN.md, "Oracle and gates"): each prompt
+is one streamed request (chat or completion API, the suite's max_tokens, seed and temperature,
+the manifest's chat template kwargs) with `"return_token_ids": true` and
+`"stream_options": {"include_usage": true}`; the token ids, the text, the usage (prompt tokens,
+`prompt_tokens_details.cached_tokens`) and the arrival offset of every token id on the
+monotonic clock from the request's start are taken from the stream as it comes. There is no
+retry and no warm-up generation: the first answer is the answer. It also reads `/metrics` as
+raw text, kept as evidence and diffed by `launch.metrics`.
+
+A request that fails (the server gone, an HTTP error, a stream without token ids or usage)
+raises `OracleFailed` naming the prompt and what was found; the rows answered before it are
+the caller's, since `answer_suite` yields each row as soon as it is complete.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import time
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field
+from typing import Any, Final
+
+import httpx
+from pydantic import JsonValue
+
+from builder.errors import NotObservable
+from builder.manifest import Prompt, Suite
+from launch.evidence import OracleRow
+
+ENDPOINTS: Final = {"chat": "/v1/chat/completions", "completion": "/v1/completions"}
+METRICS_PATH: Final = "/metrics"
+MODELS_PATH: Final = "/v1/models"
+DATA_PREFIX: Final = "data: "
+DONE: Final = "[DONE]"
+REQUEST_TIMEOUT_S: Final = 600.0
+
+
+class OracleFailed(NotObservable):
+    """A request of the suite, or a read of `/metrics`, did not give what the oracle needs."""
+
+
+@dataclass(frozen=True)
+class OracleRequest:
+    """What is asked of the server, the same for every prompt of the suite."""
+
+    suite: Suite
+    model: str
+    """The served model name the requests address."""
+    chat_template_kwargs: Mapping[str, JsonValue] = field(default_factory=dict)
+
+
+def request_body(request: OracleRequest, prompt: Prompt) -> dict[str, Any]:
+    """The JSON body of one streamed request for `prompt`."""
+    suite = request.suite
+    body: dict[str, Any] = {
+        "model": request.model,
+        "max_tokens": suite.max_tokens,
+        "seed": suite.seed,
+        "temperature": suite.temperature,
+        "stream": True,
+        "stream_options": {"include_usage": True},
+        "return_token_ids": True,
+    }
+    if suite.api == "chat":
+        body["messages"] = [message.model_dump() for message in prompt.messages or ()]
+        if request.chat_template_kwargs:
+            body["chat_template_kwargs"] = dict(request.chat_template_kwargs)
+    else:
+        body["prompt"] = prompt.prompt
+    return body
+
+
+def client_for(base_url: str) -> httpx.Client:
+    """A client of the server at `base_url`: no proxy from the environment, a generous bound."""
+    return httpx.Client(base_url=base_url, trust_env=False, timeout=REQUEST_TIMEOUT_S)
+
+
+def served_model(client: httpx.Client) -> str:
+    """The one model the server serves, from `/v1/models` (a read, not a generation)."""
+    document = _get_json(client, MODELS_PATH)
+    ids = [entry.get("id") for entry in document.get("data", []) if isinstance(entry, dict)]
+    if len(ids) != 1 or not isinstance(ids[0], str):
+        raise OracleFailed(
+            "cannot tell which model the server serves",
+            where=f"{client.base_url}{MODELS_PATH}",
+            expected="exactly one model id",
+            found=", ".join(map(str, ids)) or "none",
+        )
+    return ids[0]
+
+
+def read_metrics(client: httpx.Client) -> str:
+    """The raw Prometheus text of `/metrics`, kept verbatim as evidence."""
+    try:
+        response = client.get(METRICS_PATH)
+    except httpx.HTTPError as error:
+        raise _unreachable(client, METRICS_PATH, error) from error
+    _require_ok(response, METRICS_PATH)
+    return response.text
+
+
+def answer_suite(client: httpx.Client, request: OracleRequest) -> Iterator[OracleRow]:
+    """Each prompt of the suite, in order, asked once; each row yielded when it is complete."""
+    for index, prompt in enumerate(request.suite.prompts):
+        yield answer_prompt(client, request, index, prompt)
+
+
+def answer_prompt(
+    client: httpx.Client, request: OracleRequest, index: int, prompt: Prompt
+) -> OracleRow:
+    """One streamed request; the row of what it answered."""
+    path = ENDPOINTS[request.suite.api]
+    where = f"prompt {index} ({prompt.id}), POST {client.base_url}{path}"
+    stream = _Stream(where)
+    started = time.perf_counter()
+    try:
+        with client.stream("POST", path, json=request_body(request, prompt)) as response:
+            _require_ok(response, path, prompt=where)
+            for line in response.iter_lines():
+                stream.take(line, time.perf_counter() - started)
+    except httpx.HTTPError as error:
+        raise _unreachable(client, path, error, where=where, tokens_so_far=stream.tokens) from error
+    return stream.row(prompt.id, index)
+
+
+class _Stream:
+    """The server-sent events of one request, folded into a row as they arrive."""
+
+    def __init__(self, where: str) -> None:
+        self.where = where
+        self.token_ids: list[int] = []
+        self.offsets: list[float] = []
+        self.text: list[str] = []
+        self.usage: dict[str, Any] | None = None
+        self.finish_reason: str | None = None
+        self.done = False
+
+    @property
+    def tokens(self) -> int:
+        return len(self.token_ids)
+
+    def take(self, line: str, offset_s: float) -> None:
+        if not line.startswith(DATA_PREFIX):
+            return
+        data = line.removeprefix(DATA_PREFIX).strip()
+        if data == DONE:
+            self.done = True
+            return
+        chunk = self._parse(data)
+        if isinstance(chunk.get("usage"), dict):
+            self.usage = chunk["usage"]
+        for choice in chunk.get("choices") or ():
+            self._take_choice(choice, offset_s)
+
+    def _parse(self, data: str) -> dict[str, Any]:
+        try:
+            chunk = json.loads(data)
+        except json.JSONDecodeError as error:
+            raise self._malformed("a JSON chunk", f"{data[:200]!r} ({error.msg})") from None
+        if not isinstance(chunk, dict):
+            raise self._malformed("a JSON object per chunk", f"{data[:200]!r}")
+        if "error" in chunk:
+            raise self._malformed("a completion chunk", f"an error: {data[:500]}")
+        return chunk
+
+    def _take_choice(self, choice: dict[str, Any], offset_s: float) -> None:
+        ids = choice.get("token_ids") or ()
+        self.token_ids.extend(int(token) for token in ids)
+        self.offsets.extend(offset_s for _ in ids)
+        delta = choice.get("delta")
+        text = delta.get("content") if isinstance(delta, dict) else choice.get("text")
+        if isinstance(text, str):
+            self.text.append(text)
+        if choice.get("finish_reason") is not None:
+            self.finish_reason = str(choice["finish_reason"])
+
+    def row(self, prompt_id: str, index: int) -> OracleRow:
+        if not self.done:
+            raise self._malformed("a stream ending with [DONE]", "the stream ended without it")
+        if not self.token_ids:
+            raise self._malformed(
+                "token_ids in the streamed chunks ('return_token_ids': true)", "no token ids"
+            )
+        usage = self.usage
+        if usage is None:
+            raise self._malformed("a final usage chunk ('include_usage': true)", "no usage")
+        text = "".join(self.text)
+        return OracleRow(
+            prompt_id=prompt_id,
+            prompt_index=index,
+            token_ids=tuple(self.token_ids),
+            text_sha256=hashlib.sha256(text.encode("utf-8")).hexdigest(),
+            prompt_tokens=int(usage["prompt_tokens"]),
+            completion_tokens=int(usage["completion_tokens"]),
+            cached_tokens=_cached_tokens(usage),
+            token_offsets_s=tuple(self.offsets),
+            ttft_s=self.offsets[0],
+            finish_reason=self.finish_reason,
+        )
+
+    def _malformed(self, expected: str, found: str) -> OracleFailed:
+        return OracleFailed(
+            "the server's stream lacks what the oracle records",
+            where=self.where,
+            expected=expected,
+            found=found,
+        )
+
+
+def _cached_tokens(usage: Mapping[str, Any]) -> int | None:
+    details = usage.get("prompt_tokens_details")
+    if not isinstance(details, dict) or details.get("cached_tokens") is None:
+        return None
+    return int(details["cached_tokens"])
+
+
+def _get_json(client: httpx.Client, path: str) -> dict[str, Any]:
+    try:
+        response = client.get(path)
+    except httpx.HTTPError as error:
+        raise _unreachable(client, path, error) from error
+    _require_ok(response, path)
+    document = response.json()
+    if not isinstance(document, dict):
+        raise OracleFailed(
+            "unexpected answer",
+            where=f"{client.base_url}{path}",
+            expected="a JSON object",
+            found=response.text[:200],
+        )
+    return document
+
+
+def _require_ok(response: httpx.Response, path: str, *, prompt: str | None = None) -> None:
+    if response.status_code == httpx.codes.OK:
+        return
+    body = response.read().decode(errors="replace")[:500]
+    raise OracleFailed(
+        f"the server answered HTTP {response.status_code}",
+        where=prompt or f"{response.request.url}",
+        expected=f"HTTP 200 from {path}",
+        found=f"HTTP {response.status_code}: {body}",
+    )
+
+
+def _unreachable(
+    client: httpx.Client,
+    path: str,
+    error: httpx.HTTPError,
+    *,
+    where: str | None = None,
+    tokens_so_far: int | None = None,
+) -> OracleFailed:
+    found = f"{type(error).__name__}: {error}" if str(error) else type(error).__name__
+    if tokens_so_far is not None:
+        found += f" after {tokens_so_far} streamed token(s)"
+    return OracleFailed(
+        "the server stopped answering",
+        where=where or f"{client.base_url}{path}",
+        expected="a complete answer",
+        found=found,
+        hint="the server's log tells why it went away",
+    )
