@@ -1,0 +1,147 @@
+"""The run directory: where one run's evidence lies, and how a partial one is told apart.
+
+This module owns the layout of a run directory and the order it is written in:
+
+```
+RUN_DIR/
+  status.json            {"status": "running"} first; the final status is written last
+  run.json               what was run: manifest, profile, suite, teacher, argv, env, port
+  start-1/               one directory per fresh start of the server
+    server.log           the server's stdout and stderr
+    home/ tmp/           the server's private HOME and TMPDIR
+    server.json          its group leader's pid and readiness time
+    audit/<role>.json    the live audit of each process of that role (api_server, engine_core, …)
+    audit/drifts.json    every drift the audit found
+    metrics-before.prom  /metrics before the suite, verbatim
+    rows.json            the OracleRows, rewritten after each answered prompt
+    metrics-after.prom   /metrics after the suite, verbatim
+    teardown.json        every pid of the tree, those that needed SIGKILL; or why teardown failed
+  start-2/ …
+  verdicts.json          every gate's Verdict
+  teacher.json           the captured Teacher, when the run captures one
+  summary.json           the run's report, as `repro run --json` prints it
+```
+
+Every file is written to a temporary sibling and renamed into place, so a file that exists is
+whole. A run directory whose `status.json` still says `running` was cut short (the process
+running it was killed); any other status was written after every other file.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from collections.abc import Mapping, Sequence
+from enum import StrEnum
+from pathlib import Path
+from typing import Any, Final
+
+from builder.errors import BadInput
+from launch.evidence import OracleRow
+
+STATUS_FILE: Final = "status.json"
+RUN_FILE: Final = "run.json"
+VERDICTS_FILE: Final = "verdicts.json"
+SUMMARY_FILE: Final = "summary.json"
+TEACHER_FILE: Final = "teacher.json"
+LOG_FILE: Final = "server.log"
+SERVER_FILE: Final = "server.json"
+AUDIT_DIR: Final = "audit"
+DRIFTS_FILE: Final = "drifts.json"
+METRICS_BEFORE: Final = "metrics-before.prom"
+METRICS_AFTER: Final = "metrics-after.prom"
+ROWS_FILE: Final = "rows.json"
+TEARDOWN_FILE: Final = "teardown.json"
+
+
+class RunStatus(StrEnum):
+    RUNNING = "running"
+    """Written first; still there when the run was cut short."""
+    PASSED = "passed"
+    FAILED = "failed"
+    """A gate failed, or the server did not start, answer or go away as it must."""
+    INTERRUPTED = "interrupted"
+    """SIGINT or SIGTERM: the server was torn down and the evidence so far kept."""
+
+
+def atomic_write(path: Path, data: bytes) -> None:
+    """Write `data` to `path` through a temporary sibling renamed into place."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    handle, temporary = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
+    try:
+        with os.fdopen(handle, "wb") as out:
+            out.write(data)
+        Path(temporary).replace(path)
+    except BaseException:
+        Path(temporary).unlink(missing_ok=True)
+        raise
+
+
+def json_bytes(document: Any) -> bytes:
+    return (json.dumps(document, indent=2, sort_keys=True, ensure_ascii=False) + "\n").encode()
+
+
+class RunDirectory:
+    """One run's directory; `create` refuses one that already holds anything."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = root
+
+    @classmethod
+    def create(cls, root: Path) -> RunDirectory:
+        if root.exists() and (not root.is_dir() or any(root.iterdir())):
+            raise BadInput(
+                "the run directory is not empty",
+                where=str(root),
+                expected="a new or empty directory: a run never mixes its evidence with another's",
+                found=f"{sum(1 for _ in root.iterdir())} entries" if root.is_dir() else "a file",
+                hint="name another --run-dir",
+            )
+        root.mkdir(parents=True, exist_ok=True)
+        directory = cls(root)
+        directory.write_status(RunStatus.RUNNING)
+        return directory
+
+    def start_dir(self, start: int) -> Path:
+        return self.root / f"start-{start}"
+
+    def write_json(self, relative: str | Path, document: Any) -> Path:
+        path = self.root / relative
+        atomic_write(path, json_bytes(document))
+        return path
+
+    def write_text(self, relative: str | Path, text: str) -> Path:
+        path = self.root / relative
+        atomic_write(path, text.encode())
+        return path
+
+    def write_rows(self, start: int, rows: Sequence[OracleRow]) -> Path:
+        return self.write_json(
+            Path(f"start-{start}") / ROWS_FILE, [row.model_dump(mode="json") for row in rows]
+        )
+
+    def write_status(
+        self,
+        status: RunStatus,
+        *,
+        exit_code: int | None = None,
+        error: str | None = None,
+        extra: Mapping[str, Any] | None = None,
+    ) -> Path:
+        document: dict[str, Any] = {"status": status.value, "exit_code": exit_code}
+        if error is not None:
+            document["error"] = error
+        document.update(extra or {})
+        return self.write_json(STATUS_FILE, document)
+
+
+def read_status(root: Path) -> RunStatus:
+    """The status a run directory was left in."""
+    document = json.loads((root / STATUS_FILE).read_text())
+    return RunStatus(document["status"])
+
+
+def read_rows(path: Path) -> tuple[OracleRow, ...]:
+    """The rows of a `rows.json`."""
+    return tuple(OracleRow.model_validate(row) for row in json.loads(path.read_text()))
