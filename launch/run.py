@@ -1,0 +1,601 @@
+"""One run of a manifest's launch profile: start, audit, oracle, teardown, gates, evidence.
+
+This module owns the order of a run, the same for teacher capture and for replay:
+
+1. preflight: no variable of the manifest's forbidden environment in the caller's or the
+   server's environment; no stale server of an earlier run alive; the port free;
+2. the exact argv and environment of the profile (`launch.spec`) started in a process group of
+   its own, its log in the run directory, ready within the manifest's bound;
+3. the live audit of every process of the tree, kept per role;
+4. `/metrics`, the suite once (`launch.oracle`), `/metrics` again;
+5. teardown with proof (no process of the tree alive, the port free);
+6. steps 1-5 again for each further fresh start the manifest asks for;
+7. the gates (`launch.gates`) over the evidence, against a teacher when one is given.
+
+Every piece of evidence is written as soon as it exists (`launch.runrecord`), so a run cut
+short keeps what it saw. SIGINT and SIGTERM during a run tear the server down, mark the run
+`interrupted`, and are raised again as `Interrupted` (a KeyboardInterrupt). A server that dies
+or stops answering gives a failed run with the error recorded, never a retry.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import os
+import signal
+import threading
+import time
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import FrameType
+from typing import Any, Final, cast
+
+from builder.audit import AuditReport
+from builder.auditreport import report_document
+from builder.errors import ExitCode, ReproError
+from builder.manifest import Manifest, Suite
+from builder.observe.native import judge_tree, observe_tree, policy_from_manifest
+from launch import gates, metrics, oracle, registry
+from launch import server as lifecycle
+from launch.evidence import (
+    MetricsDelta,
+    OracleRow,
+    RunEvidence,
+    Teacher,
+    TeacherRow,
+    Verdict,
+    VerdictStatus,
+)
+from launch.runrecord import (
+    AUDIT_DIR,
+    DRIFTS_FILE,
+    METRICS_AFTER,
+    METRICS_BEFORE,
+    SERVER_FILE,
+    TEARDOWN_FILE,
+    RunDirectory,
+    RunStatus,
+)
+from launch.spec import server_spec
+from launch.throughput import UnmeasurableRow, measure, row_rate
+
+TEACHER_GATES: Final = frozenset({"exact_token_ids", "text_sha256", "throughput"})
+"""Gates that compare a run with a teacher; without one the run captures the teacher."""
+LIVE_AUDIT_GATE: Final = "live_audit"
+INTERRUPT_SIGNALS: Final = (signal.SIGINT, signal.SIGTERM)
+
+
+class ForbiddenEnvironment(ReproError):
+    """A variable the manifest forbids (LD_PRELOAD, LD_AUDIT, …) is set."""
+
+
+class Interrupted(KeyboardInterrupt):
+    """SIGINT or SIGTERM arrived during a run; the server was torn down first."""
+
+    def __init__(self, signum: int) -> None:
+        super().__init__(signal.Signals(signum).name)
+        self.signum = signum
+
+
+@dataclass(frozen=True)
+class RunPlan:
+    """What to run: a profile of a manifest, into a run directory, maybe against a teacher."""
+
+    manifest: Manifest
+    profile: str
+    run_dir: Path
+    teacher: Teacher | None = None
+    port: int | None = None
+    """Replaces the manifest's port (tests run beside other servers)."""
+    models: Mapping[str, Path] | None = None
+    """Replaces the manifest's model directories, by role."""
+    caller_environment: Mapping[str, str] = field(default_factory=lambda: dict(os.environ))
+    registry: Path = field(default_factory=registry.default_registry)
+
+
+@dataclass(frozen=True)
+class Event:
+    """Progress of a run, for a person watching, or a test acting at a given moment."""
+
+    kind: str  # starting | ready | audited | row | torn-down
+    start: int
+    message: str
+    pid: int | None = None
+    row: OracleRow | None = None
+
+
+Observer = Callable[[Event], None]
+
+
+@dataclass(frozen=True)
+class _Run:
+    """What every step of one run shares."""
+
+    plan: RunPlan
+    suite: Suite
+    directory: RunDirectory
+    notify: Observer
+
+
+@dataclass
+class StartRecord:
+    """What one fresh start of the server produced; filled in as the start proceeds."""
+
+    start: int
+    directory: Path
+    pid: int | None = None
+    ready_after_s: float | None = None
+    ready_at_monotonic: float | None = None
+    audit: AuditReport | None = None
+    rows: list[OracleRow] = field(default_factory=list)
+    metrics: MetricsDelta | None = None
+    teardown: lifecycle.Teardown | None = None
+    phases_s: dict[str, float] = field(default_factory=dict)
+    error: ReproError | None = None
+
+
+@dataclass(frozen=True)
+class RunRecord:
+    """The outcome of a run; `summary` is its `--json` document and `summary.json`."""
+
+    plan: RunPlan
+    suite: Suite
+    argv: tuple[str, ...]
+    starts: tuple[StartRecord, ...]
+    verdicts: tuple[Verdict, ...]
+    status: RunStatus
+    error: ReproError | None
+    began_at_monotonic: float
+    seconds: float
+
+    @property
+    def passed(self) -> bool:
+        return self.status is RunStatus.PASSED
+
+    @property
+    def exit_code(self) -> ExitCode:
+        if self.error is not None:
+            return self.error.exit_code
+        return ExitCode.PASS if self.passed else ExitCode.CHECK_FAILED
+
+    @property
+    def rows(self) -> tuple[OracleRow, ...]:
+        """The rows of the first start, the run's answer."""
+        return tuple(self.starts[0].rows) if self.starts else ()
+
+    def summary(self) -> dict[str, Any]:
+        return summary_document(self)
+
+
+def run_profile(plan: RunPlan, observe: Observer | None = None) -> RunRecord:
+    """Run `plan` once, as many fresh starts as the manifest asks, and judge it."""
+    began = time.monotonic()
+    manifest = plan.manifest
+    suite = manifest.load_suite()
+    refuse_forbidden_environment(manifest, plan.caller_environment, "the caller's environment")
+    directory = RunDirectory.create(plan.run_dir)
+    notify = observe or (lambda event: None)
+    starts: list[StartRecord] = []
+    first = server_spec(
+        manifest, plan.profile, directory.start_dir(1), port=plan.port, models=plan.models
+    )
+    argv = first.argv
+    directory.write_json("run.json", _run_document(plan, suite, first))
+    run = _Run(plan, suite, directory, notify)
+    try:
+        with _signals_interrupt():
+            for number in range(1, manifest.oracle.gates.fresh_starts + 1):
+                record = StartRecord(number, directory.start_dir(number))
+                starts.append(record)
+                _one_start(run, record)
+                if record.error is not None:
+                    break
+    except BaseException as error:
+        status = RunStatus.INTERRUPTED if isinstance(error, KeyboardInterrupt) else None
+        _finish(run, argv, starts, began, status=status, crash=error)
+        raise
+    return _finish(run, argv, starts, began)
+
+
+def refuse_forbidden_environment(
+    manifest: Manifest, environment: Mapping[str, str], where: str
+) -> None:
+    """Raise `ForbiddenEnvironment` naming each variable of `native.forbidden_environment`
+    set in `environment`."""
+    forbidden = manifest.native.forbidden_environment
+    found = [name for name in forbidden if name in environment]
+    if found:
+        raise ForbiddenEnvironment(
+            "forbidden environment variable set",
+            where=where,
+            expected="none of " + ", ".join(forbidden),
+            found=", ".join(f"{name}={environment[name]}" for name in found),
+            hint="unset it: nothing may be injected into the stack that produced the record",
+        )
+
+
+def capture_teacher(record: RunRecord) -> Teacher:
+    """The teacher a passing run makes: each row's token ids and text sha256, and the
+    conventional rate a throughput floor will scale."""
+    rows = record.rows
+    gate = record.plan.manifest.oracle.gates.throughput
+    rate = None if gate is None else measure(rows, gate.tokens).conventional_median
+    return Teacher(
+        suite=record.suite.name,
+        rows=tuple(
+            TeacherRow(
+                prompt_id=row.prompt_id,
+                prompt_index=row.prompt_index,
+                token_ids=row.token_ids,
+                text_sha256=row.text_sha256,
+            )
+            for row in rows
+        ),
+        conventional_tok_s=rate,
+    )
+
+
+# --- one fresh start ----------------------------------------------------------------------------
+
+
+def _one_start(run: _Run, record: StartRecord) -> None:
+    """Start, audit, ask, tear down; a `ReproError` on the way is recorded, not raised."""
+    plan, notify, number = run.plan, run.notify, record.start
+    spec = server_spec(
+        plan.manifest, plan.profile, record.directory, port=plan.port, models=plan.models
+    )
+    try:
+        _preflight(plan, spec)
+        notify(Event("starting", number, f"start {number}: starting {spec.argv[0]} ..."))
+        with _timed(record, "start"):
+            server = lifecycle.start(spec)
+    except ReproError as error:
+        record.error = error
+        return
+    _ready(run, record, server)
+    notify(Event("ready", number, f"ready after {server.ready_after_s:.1f} s", pid=server.pid))
+    try:
+        _serve(run, record, server)
+    except ReproError as error:
+        record.error = error
+    finally:
+        _teardown(run, record, server)
+    notify(Event("torn-down", number, "torn down: no process left, port free", pid=server.pid))
+
+
+def _preflight(plan: RunPlan, spec: lifecycle.ServerSpec) -> None:
+    refuse_forbidden_environment(plan.manifest, spec.env, f"the environment of {spec.argv[0]}")
+    registry.refuse_stale(plan.registry)
+    lifecycle.refuse_port_in_use(spec.host, spec.port)
+
+
+def _ready(run: _Run, record: StartRecord, server: lifecycle.RunningServer) -> None:
+    plan, directory = run.plan, run.directory
+    record.pid = server.pid
+    record.ready_after_s = server.ready_after_s
+    record.ready_at_monotonic = server.started_at + server.ready_after_s
+    entry = registry.Entry(server.pid, server.port, str(directory.root), server.spec.argv[0])
+    registry.register(plan.registry, entry)
+    directory.write_json(
+        record.directory / SERVER_FILE,
+        {"pid": server.pid, "port": server.port, "ready_after_s": server.ready_after_s},
+    )
+
+
+def _serve(run: _Run, record: StartRecord, server: lifecycle.RunningServer) -> None:
+    plan, directory, notify = run.plan, run.directory, run.notify
+    with _timed(record, "audit"):
+        record.audit = _audit(plan.manifest, directory, record, server.pid)
+    notify(Event("audited", record.start, _audit_line(record.audit), pid=server.pid))
+    with oracle.client_for(server.base_url) as client:
+        with _timed(record, "metrics"):
+            before = oracle.read_metrics(client)
+            directory.write_text(record.directory / METRICS_BEFORE, before)
+            model = oracle.served_model(client)
+        kwargs = plan.manifest.oracle.chat_template_kwargs
+        request = oracle.OracleRequest(run.suite, model, kwargs)
+        with _timed(record, "suite"):
+            for row in oracle.answer_suite(client, request):
+                record.rows.append(row)
+                directory.write_rows(record.start, record.rows)
+                notify(Event("row", record.start, _row_line(row), pid=server.pid, row=row))
+        with _timed(record, "metrics"):
+            after = oracle.read_metrics(client)
+            directory.write_text(record.directory / METRICS_AFTER, after)
+    record.metrics = metrics.delta(before, after)
+
+
+def _audit(
+    manifest: Manifest, directory: RunDirectory, record: StartRecord, pid: int
+) -> AuditReport:
+    """The live audit of every process of the tree, one evidence file per role."""
+    report = judge_tree(observe_tree(pid, show_progress=False), policy_from_manifest(manifest))
+    document = report_document(report)
+    processes = cast(list[dict[str, Any]], document.pop("processes"))
+    by_role: dict[str, list[dict[str, Any]]] = {}
+    for process in processes:
+        by_role.setdefault(str(process["role"]), []).append(process)
+    audit_dir = record.directory / AUDIT_DIR
+    for role, members in by_role.items():
+        directory.write_json(audit_dir / f"{role}.json", {**document, "processes": members})
+    directory.write_json(audit_dir / DRIFTS_FILE, document["drifts"])
+    return report
+
+
+def _teardown(run: _Run, record: StartRecord, server: lifecycle.RunningServer) -> None:
+    """Stop the tree with proof; a second signal meanwhile waits until teardown is done."""
+    plan, directory = run.plan, run.directory
+    with _signals_deferred(), _timed(record, "teardown"):
+        try:
+            record.teardown = lifecycle.stop(server)
+        except ReproError as error:
+            record.error = record.error or error
+            directory.write_json(
+                record.directory / TEARDOWN_FILE, {"proven": False, "error": error.diagnostics()}
+            )
+            return
+        registry.unregister(plan.registry, server.pid)
+        directory.write_json(
+            record.directory / TEARDOWN_FILE,
+            {"proven": True, **dataclasses.asdict(record.teardown)},
+        )
+
+
+# --- judging and finishing -----------------------------------------------------------------------
+
+
+def judge(plan: RunPlan, starts: tuple[StartRecord, ...]) -> tuple[Verdict, ...]:
+    """The manifest's gates over the run's evidence, and the live audit of each start."""
+    first = starts[0]
+    evidence = RunEvidence(
+        rows=tuple(first.rows),
+        teacher=plan.teacher,
+        metrics=first.metrics,
+        server_log=_read_log(first.directory),
+        later_starts=tuple(tuple(start.rows) for start in starts[1:]),
+    )
+    verdicts = gates.judge(plan.manifest.oracle.gates, evidence)
+    if plan.teacher is None:
+        verdicts = tuple(_capturing(verdict) for verdict in verdicts)
+    return (*verdicts, *(_audit_verdict(start) for start in starts))
+
+
+def _capturing(verdict: Verdict) -> Verdict:
+    if verdict.gate not in TEACHER_GATES or verdict.status is VerdictStatus.NOT_APPLICABLE:
+        return verdict
+    summary = "no teacher given: this run captures the teacher"
+    return Verdict(gate=verdict.gate, status=VerdictStatus.NOT_APPLICABLE, summary=summary)
+
+
+def _audit_verdict(start: StartRecord) -> Verdict:
+    report = start.audit
+    gate = f"{LIVE_AUDIT_GATE}:start-{start.start}"
+    if report is None:
+        return Verdict(gate=gate, status=VerdictStatus.FAIL, summary="no live audit")
+    files = len([f for f in report.files if f.is_elf])
+    roles = sorted(process.role for process in report.processes)
+    details: dict[str, object] = {"drifts": [d.model_dump(mode="json") for d in report.drifts]}
+    if report.passed:
+        summary = f"{len(roles)} processes ({', '.join(roles)}), {files} ELF files, no drift"
+        return Verdict(gate=gate, status=VerdictStatus.PASS, summary=summary, details=details)
+    first = report.drifts[0]
+    summary = f"{len(report.drifts)} drift(s); first: {first.kind.value} {first.subject}"
+    return Verdict(gate=gate, status=VerdictStatus.FAIL, summary=summary, details=details)
+
+
+def _finish(
+    run: _Run,
+    argv: tuple[str, ...],
+    starts: list[StartRecord],
+    began: float,
+    *,
+    status: RunStatus | None = None,
+    crash: BaseException | None = None,
+) -> RunRecord:
+    """Judge a complete run, write verdicts and summary, then the final status, last."""
+    plan, directory = run.plan, run.directory
+    error = next((start.error for start in starts if start.error is not None), None)
+    complete = crash is None and error is None and bool(starts)
+    verdicts = judge(plan, tuple(starts)) if complete else ()
+    if status is None:
+        passed = complete and all(verdict.passed for verdict in verdicts)
+        status = RunStatus.PASSED if passed else RunStatus.FAILED
+    record = RunRecord(
+        plan=plan,
+        suite=run.suite,
+        argv=argv,
+        starts=tuple(starts),
+        verdicts=verdicts,
+        status=status,
+        error=error,
+        began_at_monotonic=began,
+        seconds=time.monotonic() - began,
+    )
+    directory.write_json("verdicts.json", [v.model_dump(mode="json") for v in verdicts])
+    summary = record.summary()
+    directory.write_json("summary.json", summary)
+    problem = error.diagnostics() if error is not None else _crash_text(crash)
+    exit_code = None if crash is not None else int(record.exit_code)
+    directory.write_status(status, exit_code=exit_code, error=problem)
+    return record
+
+
+def _crash_text(crash: BaseException | None) -> str | None:
+    if crash is None:
+        return None
+    if isinstance(crash, KeyboardInterrupt):
+        return f"interrupted ({crash})"
+    return f"{type(crash).__name__}: {crash}"
+
+
+# --- the summary -------------------------------------------------------------------------------
+
+
+def summary_document(record: RunRecord) -> dict[str, Any]:
+    plan = record.plan
+    return {
+        "run_dir": str(plan.run_dir),
+        "manifest": plan.manifest.source,
+        "bundle": plan.manifest.bundle.name,
+        "profile": plan.profile,
+        "suite": record.suite.name,
+        "teacher": plan.teacher is not None,
+        "argv": list(record.argv),
+        "status": record.status.value,
+        "passed": record.passed,
+        "exit_code": None if record.status is RunStatus.INTERRUPTED else int(record.exit_code),
+        "error": None if record.error is None else record.error.diagnostics(),
+        "seconds": record.seconds,
+        "starts": [_start_document(record, start) for start in record.starts],
+        "verdicts": [verdict.model_dump(mode="json") for verdict in record.verdicts],
+    }
+
+
+def _start_document(record: RunRecord, start: StartRecord) -> dict[str, Any]:
+    delta = start.metrics
+    return {
+        "start": start.start,
+        "directory": str(start.directory),
+        "pid": start.pid,
+        "ready_after_s": start.ready_after_s,
+        "ready_at_monotonic": start.ready_at_monotonic,
+        "phases_s": dict(start.phases_s),
+        "audit": None if start.audit is None else _audit_summary(start.audit),
+        "rows": [_row_document(record, row) for row in start.rows],
+        "metrics": None if delta is None else delta.model_dump(mode="json"),
+        "acceptance": None if delta is None else acceptance(delta),
+        "teardown": None if start.teardown is None else dataclasses.asdict(start.teardown),
+        "error": None if start.error is None else start.error.diagnostics(),
+    }
+
+
+def _audit_summary(report: AuditReport) -> dict[str, Any]:
+    roles: dict[str, int] = {}
+    for process in report.processes:
+        roles[process.role] = roles.get(process.role, 0) + 1
+    return {
+        "passed": report.passed,
+        "roles": roles,
+        "elf_files": len([f for f in report.files if f.is_elf]),
+        "drifts": len(report.drifts),
+    }
+
+
+def _row_document(record: RunRecord, row: OracleRow) -> dict[str, Any]:
+    return {
+        "prompt_id": row.prompt_id,
+        "exact": exact(record.plan.teacher, row),
+        "tokens": len(row.token_ids),
+        "cached_tokens": row.cached_tokens,
+        "tok_s": row_tokens_per_second(record.plan.manifest, row),
+        "ttft_s": row.ttft_s,
+    }
+
+
+def exact(teacher: Teacher | None, row: OracleRow) -> bool | None:
+    """Whether `row` has the teacher's token ids; None without a teacher."""
+    if teacher is None:
+        return None
+    expected = next((t for t in teacher.rows if t.prompt_id == row.prompt_id), None)
+    return expected is not None and expected.token_ids == row.token_ids
+
+
+def row_tokens_per_second(manifest: Manifest, row: OracleRow) -> float | None:
+    """The row's conventional rate over the gated window (every token if none is gated)."""
+    gate = manifest.oracle.gates.throughput
+    tokens = gate.tokens if gate is not None else len(row.token_offsets_s)
+    try:
+        return row_rate(row, tokens).conventional
+    except UnmeasurableRow:
+        return None
+
+
+def acceptance(delta: MetricsDelta) -> float | None:
+    """Accepted draft tokens over draft tokens during the suite; None without speculation."""
+    if not delta.spec_decode_draft_tokens or delta.spec_decode_accepted is None:
+        return None
+    return delta.spec_decode_accepted / delta.spec_decode_draft_tokens
+
+
+# --- small helpers -----------------------------------------------------------------------------
+
+
+def _run_document(plan: RunPlan, suite: Suite, spec: lifecycle.ServerSpec) -> dict[str, Any]:
+    return {
+        "manifest": plan.manifest.source,
+        "bundle": plan.manifest.bundle.name,
+        "profile": plan.profile,
+        "suite": suite.name,
+        "fresh_starts": plan.manifest.oracle.gates.fresh_starts,
+        "teacher": None if plan.teacher is None else plan.teacher.model_dump(mode="json"),
+        "argv": list(spec.argv),
+        "env": dict(spec.env),
+        "port": spec.port,
+        "repro_pid": os.getpid(),
+    }
+
+
+def _read_log(start_dir: Path) -> str | None:
+    try:
+        return (start_dir / "server.log").read_bytes().decode(errors="replace")
+    except OSError:
+        return None
+
+
+def _audit_line(report: AuditReport) -> str:
+    verdict = "no drift" if report.passed else f"{len(report.drifts)} drift(s)"
+    return f"live audit of {len(report.processes)} processes: {verdict}"
+
+
+def _row_line(row: OracleRow) -> str:
+    return f"{row.prompt_id}: {len(row.token_ids)} tokens, TTFT {row.ttft_s * 1000:.0f} ms"
+
+
+@contextlib.contextmanager
+def _timed(record: StartRecord, phase: str) -> Iterator[None]:
+    began = time.monotonic()
+    try:
+        yield
+    finally:
+        record.phases_s[phase] = record.phases_s.get(phase, 0.0) + time.monotonic() - began
+
+
+def _raise_interrupted(signum: int, _frame: FrameType | None) -> None:
+    raise Interrupted(signum)
+
+
+@contextlib.contextmanager
+def _signals_interrupt() -> Iterator[None]:
+    """SIGINT and SIGTERM raise `Interrupted` where the run is, so its `finally` tears down."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = {signum: signal.getsignal(signum) for signum in INTERRUPT_SIGNALS}
+    for signum in INTERRUPT_SIGNALS:
+        signal.signal(signum, _raise_interrupted)
+    try:
+        yield
+    finally:
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
+
+
+@contextlib.contextmanager
+def _signals_deferred() -> Iterator[None]:
+    """Signals that arrive during teardown are held, and raised once teardown is done."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    pending: list[int] = []
+    previous = {signum: signal.getsignal(signum) for signum in INTERRUPT_SIGNALS}
+    for signum in INTERRUPT_SIGNALS:
+        signal.signal(signum, lambda received, _frame: pending.append(received))
+    try:
+        yield
+    finally:
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
+    if pending:
+        raise Interrupted(pending[0])
