@@ -1,0 +1,205 @@
+"""Run a launch profile of a manifest once: start, audit live, ask the suite, tear down, judge.
+
+`repro run MANIFEST` starts the profile (default: the manifest's teacher profile) exactly as
+declared, audits every process of it live, asks the oracle suite once, cold, tears the server
+down with proof, repeats from a fresh start where the manifest asks, and applies the gates;
+against a teacher with `--teacher FILE`. `--capture-teacher FILE` writes the teacher a passing
+run of the teacher profile makes (what `repro build` seals). The evidence lies in the run
+directory. Exit 0 when every gate passes, 1 when one fails, 2 for bad input, 3 when the
+server did not start or could not be observed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from pydantic import ValidationError
+
+from builder import tinymodel
+from builder.errors import BadInput
+from builder.manifest import Manifest, Suite
+from builder.render import console, table, write_json
+from launch.evidence import Teacher
+from launch.run import Event, RunPlan, RunRecord, capture_teacher, run_profile
+from launch.runrecord import TEACHER_FILE, atomic_write, json_bytes
+
+
+def configure_parser(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("manifest", type=Path, metavar="MANIFEST")
+    parser.add_argument("--profile", help="launch profile; default: the manifest's teacher")
+    parser.add_argument("--teacher", type=Path, metavar="FILE", help="judge against this Teacher")
+    parser.add_argument("--run-dir", type=Path, metavar="DIR", help="default: a new temp dir")
+    parser.add_argument(
+        "--capture-teacher",
+        type=Path,
+        metavar="FILE",
+        help="write the Teacher of this run (teacher profile only; only when every gate passes)",
+    )
+    parser.add_argument("--port", type=int, help="serve on this port instead of the manifest's")
+    parser.add_argument("--json", action="store_true", help="machine-readable report")
+
+
+def execute(args: argparse.Namespace) -> int:
+    manifest = Manifest.from_path(args.manifest)
+    profile = _profile(args, manifest)
+    suite = manifest.load_suite()
+    teacher = None if args.teacher is None else read_teacher(args.teacher, suite)
+    _prepare_models(manifest)
+    run_dir = args.run_dir or Path(tempfile.mkdtemp(prefix=f"repro-run-{profile}-"))
+    plan = RunPlan(manifest, profile, run_dir, teacher=teacher, port=args.port)
+    try:
+        record = run_profile(plan, observe=None if args.json else _progress)
+    except KeyboardInterrupt:
+        sys.stderr.write(f"interrupted: server torn down; evidence kept in {run_dir}\n")
+        raise
+    captured = _capture(args.capture_teacher, record)
+    if args.json:
+        write_json({**record.summary(), "captured_teacher": _shown(captured)})
+    else:
+        print_summary(record, captured)
+    if record.error is not None:
+        raise record.error
+    return int(record.exit_code)
+
+
+def read_teacher(path: Path, suite: Suite) -> Teacher:
+    """The Teacher JSON at `path`, checked to be of `suite`, its prompts in the suite's order."""
+    try:
+        teacher = Teacher.model_validate_json(path.read_bytes())
+    except OSError as error:
+        raise BadInput(
+            "cannot read the teacher",
+            where=str(path),
+            expected="a readable Teacher JSON file",
+            found=error.strerror or str(error),
+        ) from None
+    except ValidationError as error:
+        first = error.errors(include_url=False)[0]
+        at = ".".join(str(part) for part in first["loc"]) or "top level"
+        raise BadInput(
+            "invalid teacher",
+            where=f"{path}, {at}",
+            expected="a Teacher JSON document",
+            found=first["msg"],
+        ) from None
+    expected = [prompt.id for prompt in suite.prompts]
+    found = [row.prompt_id for row in teacher.rows]
+    if teacher.suite != suite.name or found != expected:
+        raise BadInput(
+            "the teacher is not of this suite",
+            where=str(path),
+            expected=f"suite {suite.name!r} with prompts {', '.join(expected)}",
+            found=f"suite {teacher.suite!r} with prompts {', '.join(found)}",
+        )
+    return teacher
+
+
+def _profile(args: argparse.Namespace, manifest: Manifest) -> str:
+    teacher_profile = manifest.oracle.teacher
+    profile: str = args.profile or teacher_profile
+    if profile not in manifest.launch.profiles:
+        raise BadInput(
+            "unknown launch profile",
+            where=f"{args.manifest}: launch.profiles",
+            expected=" or ".join(sorted(manifest.launch.profiles)),
+            found=profile,
+        )
+    if args.capture_teacher is not None and profile != teacher_profile:
+        raise BadInput(
+            "a teacher is captured from the teacher profile only",
+            where="--capture-teacher",
+            expected=f"--profile {teacher_profile} (oracle.teacher)",
+            found=f"--profile {profile}",
+        )
+    return profile
+
+
+def _prepare_models(manifest: Manifest) -> None:
+    """The embedded default's model is generated where the manifest expects it."""
+    for model in manifest.models:
+        if model.repo == tinymodel.REPO_ID:
+            tinymodel.generate(model.directory(manifest.resolve(".")))
+
+
+def _capture(path: Path | None, record: RunRecord) -> Path | None:
+    """Write the run's Teacher to `path` (and into the run directory) when the run passed."""
+    if path is None or not record.passed:
+        return None
+    document = json_bytes(capture_teacher(record).model_dump(mode="json"))
+    atomic_write(record.plan.run_dir / TEACHER_FILE, document)
+    atomic_write(path, document)
+    return path
+
+
+def _shown(path: Path | None) -> str | None:
+    return None if path is None else str(path)
+
+
+def _progress(event: Event) -> None:
+    sys.stderr.write(f"[{event.kind}] {event.message}\n")
+    sys.stderr.flush()
+
+
+# --- the summary for a person --------------------------------------------------------------------
+
+
+def print_summary(record: RunRecord, captured: Path | None) -> None:
+    out = console()
+    summary = record.summary()
+    for start in summary["starts"]:
+        out.print(_rows_table(start))
+        if start["metrics"] is not None:
+            out.print(_metrics_line(start))
+    if record.verdicts:
+        out.print(
+            table(
+                "gates",
+                ("gate", "status", "summary"),
+                ((v.gate, v.status.value, v.summary) for v in record.verdicts),
+            )
+        )
+    out.print(f"run directory: {record.plan.run_dir}")
+    if captured is not None:
+        out.print(f"teacher captured: {captured}")
+    elif record.plan.teacher is None and not record.passed:
+        out.print("no teacher captured: the run did not pass")
+    verdict = record.status.value.upper()
+    out.print(f"{verdict}: {record.plan.manifest.bundle.name} ({record.plan.profile})")
+
+
+def _rows_table(start: dict[str, Any]) -> Any:
+    ready = start["ready_after_s"]
+    title = f"start {start['start']}" + ("" if ready is None else f" (ready after {ready:.1f} s)")
+    return table(
+        title,
+        ("prompt", "exact?", "tokens", "cached tokens", "tok/s", "TTFT ms"),
+        (
+            (
+                row["prompt_id"],
+                {None: "-", True: "yes", False: "NO"}[row["exact"]],
+                row["tokens"],
+                "-" if row["cached_tokens"] is None else row["cached_tokens"],
+                "-" if row["tok_s"] is None else f"{row['tok_s']:.1f}",
+                f"{row['ttft_s'] * 1000:.0f}",
+            )
+            for row in start["rows"]
+        ),
+    )
+
+
+def _metrics_line(start: dict[str, Any]) -> str:
+    metrics = start["metrics"]
+    hits = metrics["prefix_cache_hits"]
+    line = f"prefix-cache hits during the suite: {'-' if hits is None else f'{hits:g}'}"
+    if start["acceptance"] is None:
+        return line + "; speculative decoding: none"
+    curve = ", ".join(f"{value:g}" for value in metrics["spec_decode_accepted_per_position"])
+    return (
+        f"{line}; acceptance {metrics['spec_decode_accepted']:g}/"
+        f"{metrics['spec_decode_draft_tokens']:g} = {start['acceptance']:.3f} "
+        f"over {metrics['spec_decode_drafts']:g} drafts; accepted per position: {curve}"
+    )
