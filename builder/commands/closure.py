@@ -14,7 +14,15 @@ from typing import Any
 
 from builder import render
 from builder.elf import read_elf
-from builder.loader import Closure, Outcome, Resolution, executable_closure
+from builder.ldcache import LdCache
+from builder.loader import (
+    Closure,
+    LoaderConfig,
+    Outcome,
+    Resolution,
+    dlopen_closure,
+    executable_closure,
+)
 from builder.loaderhost import HostFileSystem, host_config, read_cache
 
 _BRANCH, _LAST, _PIPE, _SPACE = "├── ", "└── ", "│   ", "    "
@@ -28,22 +36,55 @@ def configure_parser(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--ld-library-path", metavar="PATH", help="use this LD_LIBRARY_PATH")
     parser.add_argument("--ld-preload", metavar="LIST", help="use this LD_PRELOAD")
+    parser.add_argument(
+        "--after",
+        action="append",
+        default=[],
+        metavar="LOADED",
+        help="resolve FILE as a dlopen in a process that has already loaded LOADED and its "
+        "closure (repeatable, in load order), as a Python extension is imported after torch: "
+        "a soname already loaded satisfies a need",
+    )
 
 
 def execute(args: argparse.Namespace) -> int:
-    for path in args.files:
+    for path in [*args.after, *args.files]:
         read_elf(path)  # refuses a missing, unreadable or non-ELF file before anything runs
     config = host_config(_environment(args))
     cache = read_cache()
     fs = HostFileSystem.here()
-    closures = [
-        (path, executable_closure(path, config=config, cache=cache, fs=fs)) for path in args.files
-    ]
+    if args.after:
+        closures = _after(args.after, args.files, config, cache, fs)
+    else:
+        closures = [
+            (path, executable_closure(path, config=config, cache=cache, fs=fs))
+            for path in args.files
+        ]
     if args.json:
         render.write_json({"files": [_file_json(path, c) for path, c in closures]})
     else:
         sys.stdout.write("".join(_tree(path, c) for path, c in closures))
     return 1 if any(c.failures for _, c in closures) else 0
+
+
+def _after(
+    loaded_first: list[str],
+    files: list[str],
+    config: LoaderConfig,
+    cache: LdCache | None,
+    fs: HostFileSystem,
+) -> list[tuple[str, Closure]]:
+    """The first LOADED starts the process; the others, then each FILE, are dlopened in turn."""
+    start = executable_closure(loaded_first[0], config=config, cache=cache, fs=fs)
+    loaded = list(start.order)
+    caller = next(obj for obj in start.order if obj.executable)
+    results: list[tuple[str, Closure]] = []
+    for index, path in enumerate([*loaded_first[1:], *files]):
+        closure = dlopen_closure(path, caller, loaded, config=config, cache=cache, fs=fs)
+        loaded.extend(closure.order)
+        if index >= len(loaded_first) - 1:
+            results.append((path, closure))
+    return results
 
 
 def _environment(args: argparse.Namespace) -> dict[str, str]:

@@ -79,3 +79,27 @@ def test_bad_input_exits_2_with_the_reason(
 
     assert code == 2
     assert capsys.readouterr().err.startswith(f"{message}\n  where:    {target}")
+
+
+def test_after_resolves_a_need_by_an_already_loaded_soname_as_glibc_does(
+    build: Build, capsys: pytest.CaptureFixture[str]
+) -> None:
+    build.lib("torch/lib/libc10.so")
+    torch = build.lib("torch/_C.so", needed=["torch/lib/libc10.so"], runpath="$ORIGIN/lib")
+    extension = build.lib("vllm/_C.abi3.so", needed=["torch/lib/libc10.so"])
+    exe = build.exe("bin/python", needed=["torch/_C.so"], rpath=f"{build.root}/torch")
+
+    alone = main(["closure", "--no-env", str(extension)])
+    capsys.readouterr()
+    after = main(["closure", "--no-env", "--json", "--after", str(exe), str(extension)])
+    document = json.loads(capsys.readouterr().out)
+
+    assert alone == 1, "like ldd, the extension alone cannot find libc10.so"
+    assert after == 0
+    (entry,) = document["files"]
+    c10 = next(lib for lib in entry["libraries"] if lib["need"] == "libc10.so")
+    assert c10["reason"] == "already loaded (name)"
+    assert c10["path"] == f"{torch.parent}/lib/libc10.so"
+    judged = run_judge(exe, dlopen=str(extension))
+    assert judged.returncode == 0, judged.stderr
+    assert HostFileSystem("/").realpath(c10["path"]) in {path for _, path in judged.files}
