@@ -92,21 +92,32 @@ def _scan(bundle: Path) -> _Scan:
     pending = [(bundle, "")]
     while pending:
         directory, prefix = pending.pop()
-        with os.scandir(directory) as entries:
-            for entry in sorted(entries, key=lambda e: e.name):
-                relative = prefix + os.fsdecode(entry.name)
-                info = entry.stat(follow_symlinks=False)
-                problem = path_problem(relative)
-                if problem is not None:
-                    findings.append(_unsafe_path(relative, problem))
-                elif stat.S_ISDIR(info.st_mode):
-                    directories.append(relative)
-                    pending.append((Path(entry.path), relative + "/"))
-                elif stat.S_ISREG(info.st_mode):
-                    files[relative] = Path(entry.path)
-                else:
-                    findings.append(_not_regular(bundle, relative, Path(entry.path), info))
+        for entry in _entries(directory):
+            relative = prefix + os.fsdecode(entry.name)
+            info = entry.stat(follow_symlinks=False)
+            problem = path_problem(relative)
+            if problem is not None:
+                findings.append(_unsafe_path(relative, problem))
+            elif stat.S_ISDIR(info.st_mode):
+                directories.append(relative)
+                pending.append((Path(entry.path), relative + "/"))
+            elif stat.S_ISREG(info.st_mode):
+                files[relative] = Path(entry.path)
+            else:
+                findings.append(_not_regular(bundle, relative, Path(entry.path), info))
     return _Scan(files, tuple(sorted(directories)), tuple(findings))
+
+
+def _entries(directory: Path) -> list[os.DirEntry[str]]:
+    try:
+        with os.scandir(directory) as entries:
+            return sorted(entries, key=lambda entry: entry.name)
+    except OSError as error:
+        raise NotObservable(
+            "cannot list a bundle directory",
+            where=str(directory),
+            found=error.strerror or type(error).__name__,
+        ) from error
 
 
 def _unsafe_path(relative: str, problem: str) -> Drift:
@@ -122,7 +133,9 @@ def _unsafe_path(relative: str, problem: str) -> Drift:
 def _not_regular(bundle: Path, relative: str, path: Path, info: os.stat_result) -> Drift:
     if stat.S_ISLNK(info.st_mode):
         target = path.readlink()
-        outside = not (path.parent / target).resolve().is_relative_to(bundle.resolve())
+        # judged by the link's text alone: resolving could loop or leave the bundle
+        lands = Path(os.path.normpath(path.parent.absolute() / target))
+        outside = not lands.is_relative_to(Path(os.path.normpath(bundle.absolute())))
         return Drift(
             kind=DriftKind.NOT_REGULAR_FILE,
             subject=relative,

@@ -94,7 +94,22 @@ def seal(
     progress = progress or _no_progress
     final = parent / check_bundle_name(content.name)
     _check_destination(final, force=force)
-    workdir = Path(tempfile.mkdtemp(prefix=f".{content.name}.sealing-", dir=parent))
+    try:
+        digests = _seal_into(content, key, final, progress)
+    except OSError as error:
+        raise NotObservable(
+            "cannot write the bundle",
+            where=error.filename or str(final),
+            found=error.strerror or type(error).__name__,
+            hint="check that the directory to seal into is writable and has room",
+        ) from error
+    return SealedBundle(final, key.key_id, MappingProxyType(digests))
+
+
+def _seal_into(
+    content: BundleContent, key: SigningKey, final: Path, progress: Progress
+) -> dict[str, str]:
+    workdir = Path(tempfile.mkdtemp(prefix=f".{content.name}.sealing-", dir=final.parent))
     progress("created the temporary directory")
     try:
         workdir.chmod(DIR_MODE)
@@ -106,9 +121,9 @@ def seal(
         raise
     if replaced is not None:
         shutil.rmtree(replaced)
-        _fsync_dir(parent)
+        _fsync_dir(final.parent)
         progress("removed the replaced bundle")
-    return SealedBundle(final, key.key_id, MappingProxyType(digests))
+    return digests
 
 
 def _check_destination(final: Path, *, force: bool) -> None:
