@@ -350,3 +350,9 @@ def test_a_path_that_is_not_a_directory_is_bad_input(tmp_path: Path) -> None:
         f"  where:    {tmp_path / 'missing'}\n"
         "  hint:     name a directory written by `repro build`, such as repro/<name>"
     )
+
+
+def test_a_symlink_loop_is_refused_without_following_it(bundle: Path) -> None:
+    (bundle / "evidence" / "loop").symlink_to("loop")
+    (finding,) = verify_bundle(bundle, example_trust()).findings
+    assert (finding.subject, finding.observed) == ("evidence/loop", "a symlink to loop")

@@ -293,3 +293,19 @@ def test_a_forced_seal_killed_at_any_step_leaves_the_old_or_the_new_bundle(tmp_p
         assert verify_bundle(final, example_trust()).findings == (), steps[step - 1]
         assert _sealed_tag(final) == ("old" if step < renamed else "new")
         _leftovers_never_verify(parent)
+
+
+def test_two_sources_landing_on_one_path_are_refused(tmp_path: Path) -> None:
+    (tmp_path / "repro").mkdir()
+    bundle_content = sealing.BundleContent(
+        name="b",
+        manifest=MANIFEST,
+        manifest_source="m",
+        lock={},
+        evidence={"run": RUN / "idle-interval", "run/summary.txt": MANIFEST},
+    )
+    with pytest.raises(BadInput) as refused:
+        sealing.seal(bundle_content, example_key(), tmp_path / "repro")
+    assert refused.value.what == "two oracle or evidence files would land on one path in the bundle"
+    assert refused.value.where == "evidence/run/summary.txt"
+    assert list((tmp_path / "repro").iterdir()) == []
