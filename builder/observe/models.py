@@ -1,33 +1,279 @@
-"""Model release files: each declared file's sha256 on disk against the manifest's pin."""
+"""Model payloads: the release files of a model, where they live, and what they hold.
+
+This module owns the model facts (`observe_model`) and their pure judgement against a
+`[[model]]` (`compare`). A model lives in a local directory or in a Hugging Face hub cache,
+as the snapshot `models--<owner>--<name>/snapshots/<revision>/` whose files are links into
+`../../blobs/`. Observed:
+
+- the sha256 and size of each release file (the manifest's file table is the release set);
+- every other file of the directory, by name: a loader picks up what lies beside the release
+  (a second weights file, another generation config), so an extra file is drift. Only the
+  bookkeeping of the tools that fetch models is left out: `.git/` (a clone's own database) and
+  `.cache/huggingface/` (huggingface_hub's download state in a `--local-dir`); no loader reads
+  either;
+- in a hub cache, the blob each release file resolves to and its content's id in the scheme the
+  blob's name claims: a 64-hex name is the sha256 of an LFS file, a 40-hex name the git blob
+  id (sha1 of `blob <size>\\0` and the bytes) of a small file; and the revision: the real name
+  of the snapshot directory, every snapshot of the repository and every `refs/` file, recorded.
+"""
 
 from __future__ import annotations
 
+import os
+import re
+from collections.abc import Iterator, Mapping
 from pathlib import Path
+from typing import Final, Literal
+
+from pydantic import BaseModel, ConfigDict
 
 from builder.drift import Drift, DriftKind
-from builder.hashing import sha256_file
+from builder.hashing import git_blob_sha1_file, sha256_file
 from builder.manifest import Model
+from builder.observe.python import placeholder_path
+
+NOT_RELEASE: Final = (".git", ".cache/huggingface")
+"""Directories of fetch-tool bookkeeping inside a model directory; see the module docstring."""
+_SHA256_NAME: Final = re.compile(r"^[0-9a-f]{64}$")
+_GIT_BLOB_NAME: Final = re.compile(r"^[0-9a-f]{40}$")
+
+
+class _Fact(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+class ModelFile(_Fact):
+    """One release file as found."""
+
+    name: str
+    """Relative to the model directory, as the manifest names it."""
+    path: str
+    """In placeholder form: `{model.target}/config.json`."""
+    sha256: str | None
+    """None when the file is missing."""
+    size: int | None
+    blob: str | None = None
+    """Hub cache: the name of the file in the repository's `blobs/` it resolves to."""
+    blob_id: str | None = None
+    """The id of the content in the scheme `blob` claims (sha256 or git blob id); None when
+    the blob's name is of neither form."""
+    outside: str | None = None
+    """Hub cache: where a link that does not resolve into `blobs/` leads, in placeholder form."""
+
+
+class ModelFacts(_Fact):
+    role: str
+    repo: str
+    layout: Literal["directory", "hf-cache"]
+    directory: str
+    """In placeholder form."""
+    present: bool
+    """Whether the directory exists."""
+    files: tuple[ModelFile, ...]
+    """The release files, by name; empty when the directory is absent."""
+    extra: tuple[str, ...] = ()
+    """Every other file of the directory, by name."""
+    snapshot: str | None = None
+    """Hub cache: the real name of the snapshot directory (after links)."""
+    snapshots: tuple[str, ...] = ()
+    """Hub cache: every snapshot of the repository, by name."""
+    refs: dict[str, str] = {}
+    """Hub cache: `refs/<name>` to the revision it names; recorded, never judged."""
+
+
+# --- observing ------------------------------------------------------------------------------------
+
+
+def observe_model(model: Model, directory: Path, values: Mapping[str, str]) -> ModelFacts:
+    """The facts of `model`'s release files in `directory` (`model.directory(base)`)."""
+    hub = model.hf_cache is not None
+    present = directory.is_dir()
+    blobs = directory.parent.parent / "blobs" if hub else None
+    snapshot, snapshots, refs = _revision(directory) if hub else (None, (), {})
+    return ModelFacts(
+        role=model.role,
+        repo=model.repo,
+        layout="hf-cache" if hub else "directory",
+        directory=placeholder_path(directory, values),
+        present=present,
+        files=tuple(observe_file(name, directory, blobs, values) for name in sorted(model.files))
+        if present
+        else (),
+        extra=tuple(sorted(set(listing(directory)) - set(model.files))) if present else (),
+        snapshot=snapshot,
+        snapshots=snapshots,
+        refs=refs,
+    )
+
+
+def observe_file(
+    name: str, directory: Path, blobs: Path | None, values: Mapping[str, str]
+) -> ModelFile:
+    """One release file; `blobs` is the hub cache's blob directory, None for a local one."""
+    path = directory / name
+    form = placeholder_path(path, values)
+    if not path.is_file():
+        return ModelFile(name=name, path=form, sha256=None, size=None)
+    sha256 = sha256_file(path)
+    found = ModelFile(name=name, path=form, sha256=sha256, size=path.stat().st_size)
+    if blobs is None or not path.is_symlink():
+        return found
+    real, real_blobs = Path(os.path.realpath(path)), Path(os.path.realpath(blobs))
+    if real.parent != real_blobs:
+        return found.model_copy(update={"outside": placeholder_path(real, values)})
+    return found.model_copy(update={"blob": real.name, "blob_id": _blob_id(real, sha256)})
+
+
+def _blob_id(blob: Path, sha256: str) -> str | None:
+    if _SHA256_NAME.match(blob.name):
+        return sha256
+    if _GIT_BLOB_NAME.match(blob.name):
+        return git_blob_sha1_file(blob)
+    return None
+
+
+def listing(directory: Path) -> Iterator[str]:
+    """Every non-directory entry under `directory`, relative, `NOT_RELEASE` left out; a link to
+    a directory is listed as an entry, not followed."""
+    for root, dirs, files in os.walk(directory):
+        here = Path(root).relative_to(directory)
+        for name in list(dirs):
+            if (here / name).as_posix() in NOT_RELEASE:
+                dirs.remove(name)
+            elif (Path(root) / name).is_symlink():
+                dirs.remove(name)
+                files.append(name)
+        yield from ((here / name).as_posix() for name in files)
+
+
+def _revision(snapshot: Path) -> tuple[str | None, tuple[str, ...], dict[str, str]]:
+    """The snapshot's real name, the repository's snapshots and its refs."""
+    repository = snapshot.parent.parent
+    real = Path(os.path.realpath(snapshot)).name if snapshot.is_dir() else None
+    snapshots = repository / "snapshots"
+    names = tuple(sorted(p.name for p in snapshots.iterdir())) if snapshots.is_dir() else ()
+    return real, names, _refs(repository / "refs")
+
+
+def _refs(refs: Path) -> dict[str, str]:
+    if not refs.is_dir():
+        return {}
+    return {
+        ref.relative_to(refs).as_posix(): ref.read_text().strip()
+        for ref in sorted(refs.rglob("*"))
+        if ref.is_file()
+    }
 
 
 def model_drifts(model: Model, directory: Path) -> list[Drift]:
-    """One drift per declared file that is missing or holds other bytes than pinned."""
-    drifts = []
-    for name, pinned in sorted(model.files.items()):
-        path = directory / name
-        if not path.is_file():
-            observed = "missing"
-        else:
-            digest = sha256_file(path)
-            if digest == pinned:
-                continue
-            observed = f"sha256 {digest}"
-        drifts.append(
-            Drift(
-                kind=DriftKind.MODEL_FILE,
-                subject=f"{model.role} {model.repo}@{model.revision}: {path}",
-                expected=f"sha256 {pinned}",
-                observed=observed,
-                why="a release file of the model is not the pinned one",
-            )
-        )
+    """Observe `model` in `directory` and compare: the facts' paths under `{model.<role>}`."""
+    values = {f"model.{model.role}": str(directory)}
+    return compare(model, observe_model(model, directory, values))
+
+
+# --- comparing ------------------------------------------------------------------------------------
+
+
+def compare(expected: Model, observed: ModelFacts) -> list[Drift]:
+    """Every way `observed` disagrees with the `[[model]]` that pins it."""
+    if not observed.present:
+        return [_absent(expected, observed)]
+    drifts = _revision_drifts(expected, observed)
+    for found in observed.files:
+        drifts += file_drifts(expected.files[found.name], found)
+        if observed.layout == "hf-cache":
+            drifts += blob_drifts(found)
+    drifts += [_extra(observed, name) for name in observed.extra]
     return drifts
+
+
+def _subject(model: Model | ModelFacts) -> str:
+    return f"model {model.role} {model.repo}"
+
+
+def _absent(expected: Model, observed: ModelFacts) -> Drift:
+    if observed.layout == "directory":
+        return Drift(
+            kind=DriftKind.MODEL_DIRECTORY,
+            subject=_subject(expected),
+            expected=f"a directory at {observed.directory}",
+            observed="no directory",
+            why="the model's directory is missing",
+        )
+    return Drift(
+        kind=DriftKind.MODEL_REVISION,
+        subject=_subject(expected),
+        expected=f"snapshot {expected.revision}",
+        observed=_snapshots_seen(observed),
+        why="the hub cache holds no snapshot of the pinned revision",
+    )
+
+
+def _snapshots_seen(observed: ModelFacts) -> str:
+    snapshots = ", ".join(observed.snapshots) or "none"
+    refs = ", ".join(f"refs/{name} = {value}" for name, value in sorted(observed.refs.items()))
+    return f"snapshots: {snapshots}" + (f"; {refs}" if refs else "")
+
+
+def _revision_drifts(expected: Model, observed: ModelFacts) -> list[Drift]:
+    if observed.layout != "hf-cache" or observed.snapshot == expected.revision:
+        return []
+    return [
+        Drift(
+            kind=DriftKind.MODEL_REVISION,
+            subject=_subject(expected),
+            expected=f"snapshot {expected.revision}",
+            observed=f"snapshot {observed.snapshot}",
+            why="the snapshot directory of the pinned revision leads to another revision",
+        )
+    ]
+
+
+def file_drifts(pinned: str, found: ModelFile) -> list[Drift]:
+    if found.sha256 == pinned:
+        return []
+    return [
+        Drift(
+            kind=DriftKind.MODEL_FILE,
+            subject=found.path,
+            expected=f"sha256 {pinned}",
+            observed="missing" if found.sha256 is None else f"sha256 {found.sha256}",
+            why="a release file of the model is not the pinned one",
+        )
+    ]
+
+
+def blob_drifts(found: ModelFile) -> list[Drift]:
+    """A hub cache file must resolve to a blob whose name is its content's id."""
+    if found.sha256 is None:
+        return []
+    if found.outside is not None:
+        return [_blob_drift(found, "a link into the cache's blobs", f"a link to {found.outside}")]
+    if found.blob is None or found.blob == found.blob_id:
+        return []
+    if found.blob_id is None:
+        expected = "a blob named by its content's sha256 or git blob id"
+        return [_blob_drift(found, expected, f"blob {found.blob}")]
+    scheme = "sha256" if len(found.blob) == 64 else "git blob id"
+    expected = f"blob {found.blob} holding content whose {scheme} is {found.blob}"
+    return [_blob_drift(found, expected, f"content whose {scheme} is {found.blob_id}")]
+
+
+def _blob_drift(found: ModelFile, expected: str, observed: str) -> Drift:
+    return Drift(
+        kind=DriftKind.MODEL_BLOB,
+        subject=found.path,
+        expected=expected,
+        observed=observed,
+        why="the hub cache's blob does not hold what its name says",
+    )
+
+
+def _extra(observed: ModelFacts, name: str) -> Drift:
+    return Drift(
+        kind=DriftKind.MODEL_EXTRA_FILE,
+        subject=f"{observed.directory}/{name}",
+        expected="only the release files the manifest lists",
+        observed="a file outside the release set",
+        why="a loader may read any file of the model directory",
+    )
