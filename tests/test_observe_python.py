@@ -234,6 +234,26 @@ def test_an_interpreter_of_another_version_is_drift_from_both_witnesses(venv: Ve
     assert compare(_pins({"tinypkg": "==1.0"}, interpreter=version), facts) == []
 
 
+def test_two_installed_distributions_of_one_pinned_name_are_drift(venv: Venv) -> None:
+    second = venv.site / "tinypkg-1.1.dist-info"
+    shutil.copytree(venv.site / "tinypkg-1.0.dist-info", second)
+    metadata = second / "METADATA"
+    metadata.write_text(metadata.read_text().replace("Version: 1.0", "Version: 1.1"))
+    pins = _pins({"tinypkg": "==1.0"})
+
+    drifts = compare(pins, _observe(venv, pins))
+
+    assert [d for d in drifts if d.kind == DriftKind.PACKAGE_VERSION] == [
+        Drift(
+            kind=DriftKind.PACKAGE_VERSION,
+            subject="package tinypkg",
+            expected="tinypkg==1.0",
+            observed="tinypkg==1.0, tinypkg==1.1",
+            why="more than one installed distribution claims the name",
+        )
+    ]
+
+
 # --- RECORD -------------------------------------------------------------------------------------
 
 
