@@ -21,6 +21,7 @@ class DriftKind(StrEnum):
     UNREADABLE = "unreadable"
     PROCESS_ROLES = "process-roles"
     MODEL_FILE = "model-file"
+    HOST = "host"
     MODEL_EXTRA_FILE = "model-extra-file"
     MODEL_BLOB = "model-blob"
     MODEL_REVISION = "model-revision"

@@ -8,7 +8,16 @@ from pathlib import Path
 import pytest
 
 from builder.cli import main
-from builder.observe.host import Accelerator, accelerators, cpu_info, observe_host, os_release
+from builder.manifest import Host
+from builder.observe.host import (
+    Accelerator,
+    HostFacts,
+    accelerators,
+    compare,
+    cpu_info,
+    observe_host,
+    os_release,
+)
 
 EVIDENCE = Path(__file__).parent / "evidence" / "h200"
 
@@ -71,3 +80,47 @@ def test_repro_host_json_carries_the_observed_facts(capsys: pytest.CaptureFixtur
     document = json.loads(capsys.readouterr().out)
     assert document["version"] == 1
     assert document["host"] == json.loads(json.dumps(observe_host().to_json()))
+
+
+def h200_facts() -> HostFacts:
+    document = json.loads((EVIDENCE / "host.json").read_text())
+    accelerators = tuple(
+        Accelerator(**{k: v for k, v in a.items() if k != "vendor_device"})
+        for a in document.pop("accelerators")
+    )
+    document["cpu_flags"] = tuple(document["cpu_flags"])
+    return HostFacts(**document, accelerators=accelerators)
+
+
+def test_the_h200_host_meets_a_manifest_that_enforces_it() -> None:
+    host = Host.model_validate(
+        {
+            "arch": "x86_64",
+            "os": "linux",
+            "accelerators": [{"vendor_device": "10de:2335", "addresses": ["0000:00:06.0"]}],
+            "drivers": {"nvidia": "580.159.04"},
+        }
+    )
+    assert compare(host, h200_facts()) == []
+
+
+def test_each_enforced_host_fact_that_differs_is_one_drift_naming_both_sides() -> None:
+    host = Host.model_validate(
+        {
+            "arch": "aarch64",
+            "kernel": "7.0.0-28-generic",
+            "accelerators": [
+                {"vendor_device": "8086:e223", "count": 4},
+                {"vendor_device": "10de:2335", "addresses": ["0000:17:00.0"]},
+            ],
+            "drivers": {"xe": "1.2.3"},
+        }
+    )
+    drifts = [(d.subject, d.expected, d.observed) for d in compare(host, h200_facts())]
+    assert drifts == [
+        ("arch", "aarch64", "x86_64"),
+        ("kernel", "7.0.0-28-generic", "6.18.44-fc-v657-gpu"),
+        ("driver xe", "1.2.3", "not bound"),
+        ("accelerator 8086:e223", "4 present", "none"),
+        ("accelerator 10de:2335", "at 0000:17:00.0", "1 at 0000:00:06.0"),
+    ]

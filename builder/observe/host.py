@@ -14,6 +14,10 @@ import platform
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+from builder.drift import Drift, DriftKind
+from builder.manifest import Accelerator as ManifestAccelerator
+from builder.manifest import Host
+
 # PCI vendor ids of compute accelerators; a server's BMC display (e.g. ASPEED 1a03) is not one.
 COMPUTE_VENDORS = {
     "10de": "NVIDIA",
@@ -148,3 +152,49 @@ def _read(path: Path) -> str | None:
         return path.read_text(errors="replace").strip()
     except OSError:
         return None
+
+
+def compare(expected: Host, observed: HostFacts) -> list[Drift]:
+    """The facts `[host]` enforces against this host; recorded-only facts are never drift."""
+    drifts = [
+        _host_drift(fact, str(value), found)
+        for fact, value, found in (
+            ("arch", expected.arch, observed.arch),
+            ("os", expected.os, observed.os),
+            ("os_release", expected.os_release, observed.os_release.get("PRETTY_NAME", "")),
+            ("kernel", expected.kernel, observed.kernel),
+        )
+        if value is not None and value != found
+    ]
+    for driver, version in sorted(expected.drivers.items()):
+        found_versions = {a.driver_version for a in observed.accelerators if a.driver == driver}
+        if found_versions != {version}:
+            found = ", ".join(sorted(v or "unknown" for v in found_versions)) or "not bound"
+            drifts.append(_host_drift(f"driver {driver}", version, found))
+    for accelerator in expected.accelerators:
+        drifts.extend(_accelerator_drifts(accelerator, observed.accelerators))
+    return drifts
+
+
+def _accelerator_drifts(
+    expected: ManifestAccelerator, observed: tuple[Accelerator, ...]
+) -> list[Drift]:
+    present = [a for a in observed if a.vendor_device == expected.vendor_device]
+    addresses = sorted(a.address for a in present)
+    subject = f"accelerator {expected.vendor_device}"
+    found = f"{len(present)} at {', '.join(addresses)}" if present else "none"
+    if expected.addresses and sorted(expected.addresses) != addresses:
+        return [_host_drift(subject, f"at {', '.join(sorted(expected.addresses))}", found)]
+    if expected.count is not None and expected.count != len(present):
+        return [_host_drift(subject, f"{expected.count} present", found)]
+    return []
+
+
+def _host_drift(fact: str, expected: str, observed: str) -> Drift:
+    return Drift(
+        kind=DriftKind.HOST,
+        subject=fact,
+        expected=expected,
+        observed=observed,
+        why="the manifest enforces this host fact",
+    )
