@@ -163,7 +163,13 @@ class _Stream:
         if not isinstance(chunk, dict):
             raise self._malformed("a JSON object per chunk", f"{data[:200]!r}")
         if "error" in chunk:
-            raise self._malformed("a completion chunk", f"an error: {data[:500]}")
+            raise OracleFailed(
+                "the server reported an error in the stream",
+                where=self.where,
+                expected="a completion chunk",
+                found=f"an error: {data[:500]}",
+                hint="the server's log tells what went wrong",
+            )
         return chunk
 
     def _take_choice(self, choice: dict[str, Any], offset_s: float) -> None:

@@ -254,9 +254,9 @@ def _one_start(run: _Run, record: StartRecord) -> None:
     except ReproError as error:
         record.error = error
         return
-    _ready(run, record, server)
-    notify(Event("ready", number, f"ready after {server.ready_after_s:.1f} s", pid=server.pid))
     try:
+        _ready(run, record, server)
+        notify(Event("ready", number, f"ready after {server.ready_after_s:.1f} s", pid=server.pid))
         _serve(run, record, server)
     except ReproError as error:
         record.error = error

@@ -1,0 +1,220 @@
+"""The oracle client: one streamed request per prompt, folded into an OracleRow, no retries.
+
+Quick tests replay server-sent event streams in vLLM's format from a small HTTP server (the
+client under test is real; only the server is a recording), including every way a stream can
+fail; tests marked `server` ask the real vLLM CPU server of the embedded default.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import threading
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any, ClassVar
+
+import pytest
+from conftest import REPO_ROOT, TinyServer
+
+from builder.manifest import Suite
+from launch import oracle
+from launch.evidence import OracleRow
+
+SUITE = Suite.from_path(REPO_ROOT / "manifests" / "suites" / "tiny-cpu.json")
+COMPLETION_SUITE = Suite.from_path(REPO_ROOT / "tests" / "manifests" / "suites" / "completion.json")
+
+
+def chunk(**fields: Any) -> bytes:
+    return f"data: {json.dumps(fields)}\n\n".encode()
+
+
+def chat_choice(content: str, ids: list[int], finish: str | None = None) -> dict[str, Any]:
+    return {"index": 0, "delta": {"content": content}, "token_ids": ids, "finish_reason": finish}
+
+
+USAGE = {
+    "prompt_tokens": 26,
+    "completion_tokens": 3,
+    "total_tokens": 29,
+    "prompt_tokens_details": {"cached_tokens": 0},
+}
+ROLE_CHUNK = chunk(choices=[{"index": 0, "delta": {"role": "assistant", "content": ""}}])
+TEXT_WITHOUT_IDS = chunk(choices=[{"index": 0, "delta": {"content": "x"}}])
+GOOD_STREAM = [
+    ROLE_CHUNK,
+    chunk(choices=[chat_choice("Hé", [133])]),
+    chunk(choices=[chat_choice("llo", [125, 27], "length")]),
+    chunk(choices=[], usage=USAGE),
+    b"data: [DONE]\n\n",
+]
+
+
+class Replay(BaseHTTPRequestHandler):
+    """Answers every POST with the class's `stream`, then closes; records each request body."""
+
+    stream: ClassVar[list[bytes]] = []
+    status: ClassVar[int] = 200
+    bodies: ClassVar[list[dict[str, Any]]] = []
+
+    def do_POST(self) -> None:
+        length = int(self.headers["Content-Length"])
+        type(self).bodies.append(json.loads(self.rfile.read(length)))
+        self.send_response(self.status)
+        self.send_header("Content-Type", "text/event-stream")
+        self.send_header("Connection", "close")
+        self.end_headers()
+        for part in self.stream:
+            self.wfile.write(part)
+            self.wfile.flush()
+
+    def log_message(self, format: str, *args: Any) -> None:
+        pass
+
+
+@pytest.fixture
+def replay() -> Iterator[tuple[str, type[Replay]]]:
+    handler = type("ReplayOnce", (Replay,), {"stream": list(GOOD_STREAM), "bodies": []})
+    server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}", handler
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+def ask_first(base_url: str, suite: Suite = SUITE) -> OracleRow:
+    request = oracle.OracleRequest(suite, "tiny")
+    with oracle.client_for(base_url) as client:
+        return oracle.answer_prompt(client, request, 0, suite.prompts[0])
+
+
+def test_a_chat_request_streams_token_ids_and_usage_with_the_suites_sampling() -> None:
+    request = oracle.OracleRequest(SUITE, "tiny", {"enable_thinking": False})
+    body = oracle.request_body(request, SUITE.prompts[1])
+    assert body == {
+        "model": "tiny",
+        "messages": [{"role": "user", "content": "What is 17 times 23?"}],
+        "max_tokens": 32,
+        "seed": 0,
+        "temperature": 0.0,
+        "stream": True,
+        "stream_options": {"include_usage": True},
+        "return_token_ids": True,
+        "chat_template_kwargs": {"enable_thinking": False},
+    }
+
+
+def test_a_completion_request_sends_the_prompt_and_no_chat_template() -> None:
+    body = oracle.request_body(
+        oracle.OracleRequest(COMPLETION_SUITE, "m"), COMPLETION_SUITE.prompts[0]
+    )
+    assert body["prompt"] == COMPLETION_SUITE.prompts[0].prompt
+    assert "messages" not in body
+    assert "chat_template_kwargs" not in body
+    assert oracle.ENDPOINTS[COMPLETION_SUITE.api] == "/v1/completions"
+
+
+def test_a_stream_folds_into_a_row_with_an_offset_per_token_id(
+    replay: tuple[str, type[Replay]],
+) -> None:
+    base_url, handler = replay
+    row = ask_first(base_url)
+    assert row.token_ids == (133, 125, 27)
+    assert row.text_sha256 == hashlib.sha256("Héllo".encode()).hexdigest()
+    assert (row.prompt_tokens, row.completion_tokens, row.cached_tokens) == (26, 3, 0)
+    assert row.finish_reason == "length"
+    assert len(row.token_offsets_s) == 3
+    assert row.token_offsets_s[1] == row.token_offsets_s[2], "two ids of one chunk arrive together"
+    assert 0 < row.ttft_s == row.token_offsets_s[0] <= row.token_offsets_s[1]
+    assert handler.bodies[0]["return_token_ids"] is True
+
+
+@pytest.mark.parametrize(
+    ("stream", "expected", "found"),
+    [
+        (
+            GOOD_STREAM[:3] + GOOD_STREAM[4:],
+            "a final usage chunk ('include_usage': true)",
+            "no usage",
+        ),
+        (
+            [
+                ROLE_CHUNK,
+                chunk(choices=[{"index": 0, "delta": {"content": "x"}}]),
+                *GOOD_STREAM[3:],
+            ],
+            "token_ids in the streamed chunks ('return_token_ids': true)",
+            "no token ids",
+        ),
+        (GOOD_STREAM[:2], "a stream ending with [DONE]", "the stream ended without it"),
+        ([b"data: {not json\n\n"], "a JSON chunk", "'{not json' (Expecting property name"),
+        (
+            [chunk(error={"message": "boom", "code": 500})],
+            "a completion chunk",
+            'an error: {"error": {"message": "boom"',
+        ),
+    ],
+    ids=["no-usage", "no-token-ids", "cut-short", "not-json", "error-chunk"],
+)
+def test_a_stream_without_what_the_oracle_records_is_refused_by_prompt(
+    replay: tuple[str, type[Replay]], stream: list[bytes], expected: str, found: str
+) -> None:
+    base_url, handler = replay
+    handler.stream = stream
+    with pytest.raises(oracle.OracleFailed) as failed:
+        ask_first(base_url)
+    assert failed.value.where == f"prompt 0 (greeting), POST {base_url}/v1/chat/completions"
+    assert failed.value.expected == expected
+    assert str(failed.value.found).startswith(found)
+
+
+def test_an_http_error_is_refused_with_its_status_and_body(
+    replay: tuple[str, type[Replay]],
+) -> None:
+    base_url, handler = replay
+    handler.status = 400
+    handler.stream = [b'{"error": "bad request"}']
+    with pytest.raises(oracle.OracleFailed) as failed:
+        ask_first(base_url)
+    assert failed.value.what == "the server answered HTTP 400"
+    assert failed.value.found == 'HTTP 400: {"error": "bad request"}'
+
+
+def test_no_server_is_refused_as_not_answering_and_nothing_is_retried(tmp_path: Path) -> None:
+    from launch.server import free_port
+
+    base_url = f"http://127.0.0.1:{free_port()}"
+    with pytest.raises(oracle.OracleFailed) as failed:
+        ask_first(base_url)
+    assert failed.value.what == "the server stopped answering"
+    assert str(failed.value.found).startswith("ConnectError")
+    assert failed.value.exit_code == 3
+
+
+@pytest.mark.server
+def test_the_suite_on_the_real_server_gives_one_complete_row_per_prompt(
+    tiny_server: TinyServer,
+) -> None:
+    with oracle.client_for(tiny_server.base_url) as client:
+        model = oracle.served_model(client)
+        before = oracle.read_metrics(client)
+        rows = list(oracle.answer_suite(client, oracle.OracleRequest(SUITE, model)))
+        after = oracle.read_metrics(client)
+    assert model == tiny_server.model_name
+    assert [row.prompt_id for row in rows] == [prompt.id for prompt in SUITE.prompts]
+    assert [row.prompt_index for row in rows] == list(range(len(SUITE.prompts)))
+    for row in rows:
+        assert len(row.token_ids) == row.completion_tokens == SUITE.max_tokens
+        assert len(row.token_offsets_s) == len(row.token_ids)
+        assert list(row.token_offsets_s) == sorted(row.token_offsets_s)
+        assert 0 < row.ttft_s == row.token_offsets_s[0]
+        assert row.cached_tokens == 0, "prompts under one 128-token block are never cached"
+        assert row.prompt_tokens > 0
+        assert row.finish_reason == "length"
+    assert "vllm:generation_tokens_total" in before
+    assert "vllm:generation_tokens_total" in after
+    assert before != after
