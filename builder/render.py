@@ -12,15 +12,21 @@ from typing import Any
 
 from rich.console import Console
 from rich.table import Table
+from rich.text import Text
 
 from builder.drift import Drift
 
 JSON_VERSION = 1
 
 
+PIPE_WIDTH = 160
+"""Columns of a report written to a file or a pipe, where no terminal says how wide."""
+
+
 def console() -> Console:
-    """A console on stdout; no colour codes when stdout is not a terminal."""
-    return Console(file=sys.stdout, highlight=False, soft_wrap=True)
+    """A console on stdout; no colour codes, and a fixed wide layout, off a terminal."""
+    width = None if sys.stdout.isatty() else PIPE_WIDTH
+    return Console(file=sys.stdout, highlight=False, soft_wrap=True, width=width)
 
 
 def json_document(payload: Mapping[str, Any]) -> str:
@@ -39,7 +45,8 @@ def table(title: str, columns: Sequence[str], rows: Iterable[Sequence[object]]) 
     for column in columns:
         result.add_column(column, overflow="fold")
     for row in rows:
-        result.add_row(*(str(cell) for cell in row))
+        # Text, not markup: a path or a claim like `models[target]` is shown as it is.
+        result.add_row(*(Text(str(cell)) for cell in row))
     return result
 
 

@@ -93,7 +93,7 @@ def seal(
     `progress`, if given, is called after each step with what was done."""
     progress = progress or _no_progress
     final = parent / check_bundle_name(content.name)
-    _check_destination(final, force=force)
+    check_destination(final, force=force)
     try:
         digests = _seal_into(content, key, final, progress)
     except OSError as error:
@@ -126,7 +126,7 @@ def _seal_into(
     return digests
 
 
-def _check_destination(final: Path, *, force: bool) -> None:
+def check_destination(final: Path, *, force: bool) -> None:
     if not final.parent.is_dir():
         raise BadInput("the directory to seal into does not exist", where=str(final.parent))
     if final.is_symlink() or (final.exists() and not final.is_dir()):

@@ -1,0 +1,318 @@
+"""`repro build`: observe every pin, run the teacher, assemble the lock, seal the bundle.
+
+The order is fixed: the manifest and its kernel sets are read; every fact is observed and
+compared (any drift refuses the build before a server starts); the teacher profile runs once
+(with the manifest's fresh starts) and must pass its own gates; the lock is assembled from the
+observations and the run's evidence; the bundle is sealed atomically. Nothing is written under
+the bundle's final path unless all of it holds.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from builder.audit import module_file_stems
+from builder.canonical import canonical_json
+from builder.drift import Drift, DriftKind
+from builder.errors import ReproError
+from builder.hashing import sha256_bytes, sha256_file
+from builder.kernels import KernelSet
+from builder.keys import SigningKey
+from builder.lock import (
+    BundleClaim,
+    EvidenceClass,
+    HostClaim,
+    LaunchClaim,
+    Lock,
+    MappedObject,
+    ModelClaim,
+    NativeClaim,
+    OracleClaim,
+    OracleRowClaim,
+    PythonClaim,
+    SourceClaim,
+    ThroughputClaim,
+)
+from builder.manifest import Manifest, Suite
+from builder.observations import Observations, drifts, observe
+from builder.observe.python import placeholder_path
+from builder.seal import BundleContent, SealedBundle, check_destination, seal
+from builder.statement import repro_version
+from launch.evidence import OracleRow, Teacher
+from launch.run import RunPlan, RunRecord, capture_teacher, run_profile
+from launch.runrecord import AUDIT_DIR, ROWS_FILE, RUN_FILE, SUMMARY_FILE, VERDICTS_FILE
+from launch.throughput import measure
+
+OBSERVATIONS_FILE = "observations.json"
+SUITE_FILE = "suite.json"
+TEACHER_FILE = "teacher.json"
+# What of a run directory is evidence: never the server's private HOME and TMPDIR.
+START_EVIDENCE = (
+    "server.log",
+    "server.json",
+    "metrics-before.prom",
+    "metrics-after.prom",
+    ROWS_FILE,
+    "teardown.json",
+)
+
+Progress = Callable[[str], None]
+
+
+class BuildRefused(ReproError):
+    """A pin disagrees with this host or the teacher run failed: no bundle is written."""
+
+    def __init__(self, what: str, drifts: Sequence[Drift], *, where: str) -> None:
+        super().__init__(what, where=where, found=f"{len(drifts)} drift(s)")
+        self.drifts = tuple(drifts)
+
+
+@dataclass(frozen=True)
+class BuildResult:
+    sealed: SealedBundle
+    lock: Lock
+    run: RunRecord
+
+
+def build(
+    manifest_path: Path,
+    key: SigningKey,
+    parent: Path,
+    run_dir: Path,
+    *,
+    force: bool = False,
+    progress: Progress | None = None,
+) -> BuildResult:
+    say = progress or (lambda _message: None)
+    manifest = Manifest.from_path(manifest_path)
+    suite = manifest.load_suite()
+    for name in manifest.native.kernel_sets:
+        KernelSet.load(name)
+    check_destination(parent / manifest.bundle.name, force=force)
+    say("observing every pinned fact")
+    observed = observe(manifest)
+    found = drifts(manifest, observed)
+    if found:
+        raise BuildRefused("this host does not hold the manifest", found, where=str(manifest_path))
+    say(f"running the teacher profile {manifest.oracle.teacher!r}")
+    record = run_profile(RunPlan(manifest, manifest.oracle.teacher, run_dir))
+    if not record.passed:
+        refusals = [_verdict_drift(v.gate, v.summary) for v in record.verdicts if not v.passed]
+        if record.error is not None:
+            refusals.append(_verdict_drift("run", record.error.what))
+        raise BuildRefused("the teacher run did not pass", refusals, where=str(run_dir))
+    teacher = capture_teacher(record)
+    teacher_path = run_dir / TEACHER_FILE
+    teacher_path.write_bytes(canonical_json(teacher.model_dump(mode="json")))
+    observations_path = run_dir / OBSERVATIONS_FILE
+    observations_path.write_bytes(canonical_json(observations_document(observed)))
+    suite_path = manifest.resolve(manifest.oracle.suite)
+    lock = assemble_lock(
+        manifest,
+        str(manifest_path),
+        observed,
+        record,
+        suite,
+        suite_sha256=sha256_file(suite_path),
+        teacher_sha256=sha256_file(teacher_path),
+    )
+    say("sealing")
+    content = BundleContent(
+        name=manifest.bundle.name,
+        manifest=manifest_path,
+        manifest_source=str(manifest_path),
+        lock=lock.model_dump(mode="json", by_alias=True),
+        oracle={SUITE_FILE: suite_path, TEACHER_FILE: teacher_path},
+        evidence=evidence_files(run_dir, len(record.starts)),
+    )
+    sealed = seal(content, key, parent, force=force, progress=None)
+    return BuildResult(sealed, lock, record)
+
+
+def evidence_files(run_dir: Path, starts: int) -> dict[str, Path]:
+    """The run directory's evidence by its name under evidence/."""
+    files = {
+        name: run_dir / name
+        for name in (RUN_FILE, VERDICTS_FILE, SUMMARY_FILE, OBSERVATIONS_FILE)
+        if (run_dir / name).is_file()
+    }
+    for number in range(1, starts + 1):
+        start = f"start-{number}"
+        for name in START_EVIDENCE:
+            if (run_dir / start / name).is_file():
+                files[f"{start}/{name}"] = run_dir / start / name
+        if (run_dir / start / AUDIT_DIR).is_dir():
+            files[f"{start}/{AUDIT_DIR}"] = run_dir / start / AUDIT_DIR
+    return files
+
+
+def assemble_lock(
+    manifest: Manifest,
+    manifest_source: str,
+    observed: Observations,
+    record: RunRecord,
+    suite: Suite,
+    *,
+    suite_sha256: str,
+    teacher_sha256: str,
+) -> Lock:
+    values = observed.values
+    first = record.starts[0]
+    assert first.audit is not None, "a passing run audited its first start"
+    audit = [(process.role, process.objects) for process in first.audit.processes]
+    return Lock(
+        bundle=BundleClaim(
+            name=manifest.bundle.name,
+            description=manifest.bundle.description,
+            manifest_sha256=sha256_file(Path(manifest_source)),
+            manifest_path=manifest_source,
+            repro_version=repro_version(),
+        ),
+        host=HostClaim(
+            evidence=EvidenceClass.LIVE,
+            facts=observed.host.to_json(),
+            enforced=manifest.host.model_dump(mode="json", exclude_defaults=True),
+        ),
+        models=tuple(
+            ModelClaim(
+                evidence=EvidenceClass.LIVE,
+                role=facts.role,
+                repo=facts.repo,
+                revision=model.revision,
+                location=facts.directory,
+                files={f.name: f.sha256 or "" for f in facts.files},
+            )
+            for model, facts in zip(manifest.models, observed.models, strict=True)
+        ),
+        sources=tuple(
+            SourceClaim(
+                evidence=EvidenceClass.LIVE,
+                name=facts.name,
+                location=placeholder_path(manifest.resolve(source.path), values),
+                commit=facts.commit or "",
+                clean=not facts.changes,
+                patches={p.path: p.sha256 or "" for p in facts.patches},
+            )
+            for source, facts in zip(manifest.sources, observed.sources, strict=True)
+        ),
+        python=_python_claim(observed),
+        native=NativeClaim(
+            evidence=EvidenceClass.SEALED,
+            kernel_sets=manifest.native.kernel_sets,
+            modules=_modules(manifest.native.modules, audit, values),
+            roles=roles_claim(audit, values),
+        ),
+        launch=LaunchClaim(
+            evidence=EvidenceClass.LIVE,
+            profile=manifest.oracle.teacher,
+            argv=manifest.launch.argv_for(manifest.oracle.teacher),
+            env=manifest.launch.env_for(manifest.oracle.teacher),
+        ),
+        oracle=oracle_claim(manifest, suite, record.rows, suite_sha256, teacher_sha256),
+    )
+
+
+def oracle_claim(
+    manifest: Manifest,
+    suite: Suite,
+    rows: Sequence[OracleRow],
+    suite_sha256: str,
+    teacher_sha256: str,
+) -> OracleClaim:
+    """What `repro verify` recomputes from the sealed rows: the same function builds it."""
+    gate = manifest.oracle.gates.throughput
+    throughput = None
+    if gate is not None:
+        measured = measure(rows, gate.tokens)
+        historical = measured.historical_median if gate.record_historical else None
+        throughput = ThroughputClaim(
+            tokens=gate.tokens,
+            conventional_median=measured.conventional_median,
+            historical_median=historical,
+        )
+    return OracleClaim(
+        evidence=EvidenceClass.SEALED,
+        suite=suite.name,
+        suite_sha256=suite_sha256,
+        teacher_sha256=teacher_sha256,
+        rows=tuple(row_claim(row) for row in rows),
+        throughput=throughput,
+    )
+
+
+def row_claim(row: OracleRow) -> OracleRowClaim:
+    return OracleRowClaim(
+        prompt_id=row.prompt_id,
+        prompt_index=row.prompt_index,
+        token_ids_sha256=sha256_bytes(canonical_json(list(row.token_ids))),
+        text_sha256=row.text_sha256,
+        completion_tokens=row.completion_tokens,
+    )
+
+
+def roles_claim(
+    audit: Sequence[tuple[str, Sequence[Any]]], values: Mapping[str, str]
+) -> dict[str, tuple[MappedObject, ...]]:
+    """Every ELF each role's processes mapped, in placeholder form, one entry per path."""
+    roles: dict[str, dict[str, MappedObject]] = {}
+    for role, objects in audit:
+        for obj in objects:
+            path = placeholder_path(obj.path, values)
+            entry = MappedObject(path=path, sha256=obj.sha256, rule=obj.rule, reason=obj.reason)
+            roles.setdefault(role, {}).setdefault(path, entry)
+    return {role: tuple(entries[p] for p in sorted(entries)) for role, entries in roles.items()}
+
+
+def teacher_from_bytes(data: bytes) -> Teacher:
+    return Teacher.model_validate(json.loads(data))
+
+
+def observations_document(observed: Observations) -> dict[str, Any]:
+    """The observed facts as evidence: what `verify --host` compares a later host with."""
+    return {
+        "values": observed.values,
+        "host": observed.host.to_json(),
+        "models": [m.model_dump(mode="json") for m in observed.models],
+        "sources": [s.model_dump(mode="json") for s in observed.sources],
+        "python": None if observed.python is None else observed.python.model_dump(mode="json"),
+    }
+
+
+def _python_claim(observed: Observations) -> PythonClaim:
+    python = observed.python
+    assert python is not None, "a build refuses an unobservable venv before this"
+    checked = tuple(sorted(r.distribution for r in python.records or () if not r.mismatches))
+    return PythonClaim(
+        evidence=EvidenceClass.LIVE,
+        interpreter=python.version,
+        packages={d.name: d.version for d in python.distributions},
+        record_checked=checked,
+    )
+
+
+def _modules(
+    modules: Sequence[str],
+    audit: Sequence[tuple[str, Sequence[Any]]],
+    values: Mapping[str, str],
+) -> dict[str, str]:
+    paths = sorted({obj.path for _, objects in audit for obj in objects})
+    found = {}
+    for module in modules:
+        match = next((p for p in paths if p.endswith(module_file_stems(module))), None)
+        if match is not None:
+            found[module] = placeholder_path(match, values)
+    return found
+
+
+def _verdict_drift(gate: str, summary: str) -> Drift:
+    return Drift(
+        kind=DriftKind.GATE,
+        subject=gate,
+        expected="pass",
+        observed=summary,
+        why="the teacher run must pass its own gates before it is sealed",
+    )

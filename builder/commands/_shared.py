@@ -1,0 +1,62 @@
+"""Arguments and output several commands share: trusted keys, and a verification report."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+from typing import Any
+
+from builder.keys import TrustedKeys, trusted_keys
+from builder.render import console, drift_table, table
+from builder.verify import VerifyReport
+
+
+def add_trust_arguments(parser: argparse.ArgumentParser) -> None:
+    trust = parser.add_mutually_exclusive_group()
+    trust.add_argument("--key", type=Path, metavar="PUB", help="the one trusted public key")
+    trust.add_argument(
+        "--trusted-keys", type=Path, metavar="DIR", help="a directory of trusted *.pub keys"
+    )
+
+
+def trusted(args: argparse.Namespace) -> TrustedKeys:
+    return trusted_keys(args.key, args.trusted_keys)
+
+
+def report_document(report: VerifyReport) -> dict[str, Any]:
+    return {
+        "bundle": str(report.bundle),
+        "ok": report.ok,
+        "signed_by": list(report.key_ids),
+        "claims": [
+            {
+                "claim": c.claim,
+                "evidence": c.evidence.value,
+                "value": c.value,
+                "ok": c.ok,
+                "detail": c.detail,
+            }
+            for c in report.checks
+        ],
+        "drifts": [d.model_dump(mode="json") for d in report.findings],
+    }
+
+
+def print_report(report: VerifyReport) -> None:
+    out = console()
+    if report.checks:
+        out.print(
+            table(
+                f"{report.bundle}: claims recomputed from the sealed evidence",
+                ("claim", "class", "value", "ok", "detail"),
+                (
+                    (c.claim, c.evidence.value, c.value, "yes" if c.ok else "NO", c.detail)
+                    for c in report.checks
+                ),
+            )
+        )
+    if report.findings:
+        out.print(drift_table(report.findings))
+    signers = ", ".join(k[:16] for k in report.key_ids) or "nobody"
+    verdict = "PASS" if report.ok else "FAIL"
+    out.print(f"{verdict}: {report.bundle} signed by {signers}")

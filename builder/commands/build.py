@@ -1,0 +1,53 @@
+"""Resolve every pin of a manifest on this host, run the teacher, and seal `repro/<name>/`.
+
+Any fact that cannot be established or disagrees refuses the build with a drift report and
+writes no bundle; the teacher profile must pass its own gates; the bundle is written to a
+temporary sibling and renamed into place, signed with `--signing-key`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import tempfile
+from pathlib import Path
+
+from builder.build import BuildRefused, build
+from builder.errors import ExitCode
+from builder.keys import SigningKey
+from builder.render import console, drift_table, write_json
+
+
+def configure_parser(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("manifest", type=Path, metavar="MANIFEST")
+    parser.add_argument(
+        "--signing-key", type=Path, required=True, metavar="KEY", help="Ed25519 private key"
+    )
+    parser.add_argument("--out", type=Path, default=Path("repro"), help="default: repro/")
+    parser.add_argument("--force", action="store_true", help="replace an existing bundle")
+    parser.add_argument("--run-dir", type=Path, help="keep the teacher run here")
+    parser.add_argument("--json", action="store_true", help="machine-readable result")
+
+
+def _say(message: str) -> None:
+    sys.stderr.write(f"{message}\n")
+
+
+def execute(args: argparse.Namespace) -> int:
+    key = SigningKey.from_path(args.signing_key)
+    args.out.mkdir(parents=True, exist_ok=True)
+    run_dir = args.run_dir or Path(tempfile.mkdtemp(prefix="repro-build-")) / "run"
+    progress = None if args.json else _say
+    try:
+        result = build(args.manifest, key, args.out, run_dir, force=args.force, progress=progress)
+    except BuildRefused as refused:
+        if args.json:
+            write_json({"ok": False, "drifts": [d.model_dump(mode="json") for d in refused.drifts]})
+        else:
+            console().print(drift_table(refused.drifts, refused.what))
+        return int(ExitCode.CHECK_FAILED)
+    if args.json:
+        write_json({"ok": True, "bundle": str(result.sealed.path), "key_id": result.sealed.key_id})
+    else:
+        console().print(f"sealed {result.sealed.path} (key {result.sealed.key_id[:16]})")
+    return int(ExitCode.PASS)

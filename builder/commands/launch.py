@@ -1,0 +1,56 @@
+"""Replay a sealed bundle: preflight (= verify --host), start as locked, judge, seal the run.
+
+Nothing starts unless the bundle verifies and this host holds every pin; then the candidate
+profile runs once against the sealed teacher, every process audited live, every gate applied,
+teardown proven. The run directory is sealed under `--runs` when `--signing-key` is given.
+Exit 0 only when every gate passes.
+"""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from builder.commands._shared import add_trust_arguments, print_report, report_document, trusted
+from builder.commands.run import print_summary
+from builder.errors import ExitCode
+from builder.keys import SigningKey
+from builder.render import console, write_json
+from launch.replay import PreflightRefused, launch
+
+
+def configure_parser(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("bundle", type=Path, metavar="BUNDLE")
+    add_trust_arguments(parser)
+    parser.add_argument("--signing-key", type=Path, metavar="KEY", help="seal the run with it")
+    parser.add_argument("--runs", type=Path, default=Path("runs"), help="default: runs/")
+    parser.add_argument("--profile", help="default: candidate, else the teacher profile")
+    parser.add_argument("--anchor", type=Path, help="as for verify")
+    parser.add_argument("--json", action="store_true", help="machine-readable report")
+
+
+def execute(args: argparse.Namespace) -> int:
+    key = SigningKey.from_path(args.signing_key) if args.signing_key else None
+    try:
+        replay = launch(
+            args.bundle,
+            trusted(args),
+            runs=args.runs,
+            signing_key=key,
+            profile=args.profile,
+            anchor=args.anchor,
+        )
+    except PreflightRefused as refused:
+        if args.json:
+            write_json({"ok": False, "preflight": report_document(refused.report)})
+        else:
+            print_report(refused.report)
+            console().print(refused.diagnostics())
+        return int(ExitCode.CHECK_FAILED)
+    sealed = str(replay.sealed.path) if replay.sealed else None
+    if args.json:
+        write_json({"ok": replay.run.passed, "run": replay.run.summary(), "sealed": sealed})
+    else:
+        print_summary(replay.run, None)
+        console().print(f"run sealed at {sealed}" if sealed else "run not sealed (no key)")
+    return int(replay.run.exit_code)

@@ -1,0 +1,152 @@
+"""Lock v1: every fact a bundle pins, each with its evidence class.
+
+`lock.json` is canonical JSON (`builder.canonical`) of a `Lock`. Every claim says how it is
+known: `live` (observed by repro on the build host), `sealed` (recomputed offline from the
+bundle's evidence by `repro verify`), `declared` (asserted by the manifest's author, not
+checked). Paths are in placeholder form (`{site}/torch/lib/libc10.so`,
+`{model.target}/config.json`), so the same bytes under another root verify and other bytes
+never do. This module owns the shapes; builders and verifiers fill and read them.
+"""
+
+from __future__ import annotations
+
+from enum import StrEnum
+from typing import Any, Final, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from builder.canonical import canonical_json, parse_canonical
+from builder.errors import BadInput
+
+LOCK_SCHEMA: Final = "repro.lock/v1"
+
+
+class EvidenceClass(StrEnum):
+    LIVE = "live"
+    SEALED = "sealed"
+    DECLARED = "declared"
+
+
+class _Frozen(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+class _Claim(_Frozen):
+    evidence: EvidenceClass
+
+
+class BundleClaim(_Frozen):
+    name: str
+    description: str
+    manifest_sha256: str
+    manifest_path: str
+    """The manifest as `repro build` was given it: where its relative paths were anchored."""
+    repro_version: str
+
+
+class HostClaim(_Claim):
+    facts: dict[str, Any]
+    """The host observer's facts at build time (`builder.observe.host.HostFacts.to_json`)."""
+    enforced: dict[str, Any] = Field(default_factory=dict)
+    """The facts the manifest enforces, as it states them."""
+
+
+class ModelClaim(_Claim):
+    role: str
+    repo: str
+    revision: str
+    location: str
+    files: dict[str, str]
+    """Release file name → sha256."""
+
+
+class SourceClaim(_Claim):
+    name: str
+    location: str
+    commit: str
+    clean: bool
+    patches: dict[str, str] = Field(default_factory=dict)
+
+
+class PythonClaim(_Claim):
+    interpreter: str
+    packages: dict[str, str]
+    """Distribution (PEP 503 name) → exact installed version."""
+    record_checked: tuple[str, ...] = ()
+    """Distributions whose every installed file matched its RECORD hash at build time."""
+
+
+class MappedObject(_Frozen):
+    path: str
+    sha256: str | None
+    rule: str
+    reason: str
+
+
+class NativeClaim(_Claim):
+    kernel_sets: tuple[str, ...]
+    modules: dict[str, str]
+    """Declared extension module → the file a process mapped it from."""
+    roles: dict[str, tuple[MappedObject, ...]]
+    """Process role → every ELF a process of that role mapped, in placeholder form."""
+
+
+class LaunchClaim(_Claim):
+    profile: str
+    argv: tuple[str, ...]
+    env: dict[str, str]
+
+
+class OracleRowClaim(_Frozen):
+    prompt_id: str
+    prompt_index: int
+    token_ids_sha256: str
+    text_sha256: str
+    completion_tokens: int
+
+
+class ThroughputClaim(_Frozen):
+    tokens: int
+    conventional_median: float
+    """Median over rows of (N-1)/span."""
+    historical_median: float | None = None
+    """Median over rows of N/span: the historical, mislabelled convention, only as a label."""
+
+
+class OracleClaim(_Claim):
+    suite: str
+    suite_sha256: str
+    teacher_sha256: str
+    rows: tuple[OracleRowClaim, ...]
+    throughput: ThroughputClaim | None = None
+
+
+class Lock(_Frozen):
+    schema_: Literal["repro.lock/v1"] = Field(default=LOCK_SCHEMA, alias="schema")
+    bundle: BundleClaim
+    host: HostClaim
+    models: tuple[ModelClaim, ...]
+    sources: tuple[SourceClaim, ...]
+    python: PythonClaim
+    native: NativeClaim
+    launch: LaunchClaim
+    oracle: OracleClaim
+
+    model_config = ConfigDict(frozen=True, extra="forbid", populate_by_name=True)
+
+    def to_bytes(self) -> bytes:
+        return canonical_json(self.model_dump(mode="json", by_alias=True))
+
+    @classmethod
+    def from_bytes(cls, data: bytes, *, where: str) -> Lock:
+        document = parse_canonical(data, where=where)
+        try:
+            return cls.model_validate(document)
+        except ValidationError as error:
+            first = error.errors()[0]
+            raise BadInput(
+                "the lock does not follow repro.lock/v1",
+                where=f"{where}: {'.'.join(str(p) for p in first['loc'])}",
+                expected=first["msg"],
+                found=repr(first.get("input"))[:200],
+            ) from error

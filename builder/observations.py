@@ -1,0 +1,112 @@
+"""Everything a manifest pins, observed on this host, and every way it disagrees.
+
+One place runs the observers (host, models, sources, Python) for `repro build`, `repro verify
+--host` and the preflight of `repro launch`, so the three can never measure a fact differently.
+A fact that cannot be observed (a venv, a model directory or a source tree that is not there)
+is a drift in the same report as every other, so a refusal lists everything missing at once.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+from builder.drift import Drift, DriftKind
+from builder.errors import NotObservable, ReproError
+from builder.manifest import Manifest
+from builder.observe import host as host_observer
+from builder.observe import models as model_observer
+from builder.observe import python as python_observer
+from builder.observe import sources as source_observer
+from builder.observe.host import HostFacts
+from builder.observe.models import ModelFacts
+from builder.observe.python import PythonFacts, Venv, placeholder_path, venv_values
+from builder.observe.sources import SourceFacts
+
+
+@dataclass(frozen=True)
+class Observations:
+    values: dict[str, str]
+    """The placeholder values on this host (`{venv}`, `{site}`, `{model.target}`, …)."""
+    host: HostFacts
+    models: tuple[ModelFacts, ...]
+    sources: tuple[SourceFacts, ...]
+    python: PythonFacts | None
+    """None when the venv could not be observed; `unobservable` says why."""
+    unobservable: tuple[Drift, ...]
+
+
+def observe(manifest: Manifest) -> Observations:
+    values, venv, problems = _values(manifest)
+    base = manifest.resolve(".")
+    python = None
+    if venv is not None:
+        try:
+            python = python_observer.observe_python(manifest.python, venv, values)
+        except ReproError as error:
+            problems.append(_unobservable("python", error))
+    return Observations(
+        values=values,
+        host=host_observer.observe_host(),
+        models=tuple(
+            model_observer.observe_model(m, Path(values[f"model.{m.role}"]), values)
+            for m in manifest.models
+        ),
+        sources=tuple(source_observer.observe_source(s, base) for s in manifest.sources),
+        python=python,
+        unobservable=tuple(problems),
+    )
+
+
+def drifts(manifest: Manifest, observed: Observations) -> list[Drift]:
+    """Every disagreement of this host with the manifest, host facts first."""
+    found = [*observed.unobservable, *host_observer.compare(manifest.host, observed.host)]
+    for model, model_facts in zip(manifest.models, observed.models, strict=True):
+        found.extend(model_observer.compare(model, model_facts))
+    for source, source_facts in zip(manifest.sources, observed.sources, strict=True):
+        found.extend(source_observer.compare(source, source_facts))
+    if observed.python is not None:
+        base = manifest.resolve(".")
+        locations = {
+            s.name: placeholder_path(_normal(base / s.path), observed.values)
+            for s in manifest.sources
+        }
+        found.extend(python_observer.compare(manifest.python, observed.python, locations))
+    return found
+
+
+def _values(manifest: Manifest) -> tuple[dict[str, str], Venv | None, list[Drift]]:
+    """Placeholder values; without a venv, the lexical ones so every other fact still reads."""
+    root = _normal(manifest.resolve(manifest.python.venv))
+    problems: list[Drift] = []
+    venv: Venv | None
+    try:
+        venv = Venv.at(root)
+        values = venv_values(venv)
+    except NotObservable as error:
+        venv = None
+        problems.append(_unobservable("python", error))
+        version = manifest.python.interpreter
+        values = {
+            "python": str(root / "bin" / "python"),
+            "venv": str(root),
+            "site": str(root / "lib" / f"python{version}" / "site-packages"),
+        }
+    for model in manifest.models:
+        values[f"model.{model.role}"] = str(_normal(model.directory(manifest.resolve("."))))
+    return values, venv, problems
+
+
+def _unobservable(fact: str, error: ReproError) -> Drift:
+    return Drift(
+        kind=DriftKind.NOT_OBSERVABLE,
+        subject=f"{fact}: {error.where}" if error.where else fact,
+        expected=error.expected or "observable",
+        observed=error.found or error.what,
+        why=error.what,
+    )
+
+
+def _normal(path: Path) -> Path:
+    return Path(os.path.normpath(path.absolute()))

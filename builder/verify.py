@@ -1,0 +1,382 @@
+"""`repro verify`: prove a bundle intact, then recompute every claim of its lock from evidence.
+
+Offline: the signature, every file's digest and the file set (`builder.integrity`); then each
+claim of the lock is recomputed from the sealed evidence by the same functions `repro build`
+used, and compared: the oracle rows and throughput from the bench rows, the teacher file from
+the rows, the native mappings of every role from the live audit evidence, the observed facts
+from the observations the build recorded, the gates from the verdicts, the fresh starts from
+their rows. `--host` also observes this machine (`builder.observations`) and compares it with
+the manifest and the lock, starting nothing.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
+from builder import bundle
+from builder.build import (
+    OBSERVATIONS_FILE,
+    SUITE_FILE,
+    TEACHER_FILE,
+    oracle_claim,
+    roles_claim,
+    teacher_from_bytes,
+)
+from builder.drift import Drift, DriftKind
+from builder.errors import BadInput, ReproError
+from builder.hashing import sha256_bytes, sha256_file
+from builder.integrity import verify_bundle
+from builder.keys import TrustedKeys
+from builder.lock import EvidenceClass, Lock
+from builder.manifest import Manifest, Suite, expand
+from builder.observations import Observations, drifts, observe
+from launch.evidence import OracleRow
+from launch.runrecord import AUDIT_DIR, DRIFTS_FILE, ROWS_FILE, VERDICTS_FILE
+
+
+@dataclass(frozen=True)
+class ClaimCheck:
+    """One claim of the lock, recomputed: what it says and whether the evidence agrees."""
+
+    claim: str
+    evidence: EvidenceClass
+    value: str
+    ok: bool
+    detail: str = ""
+
+
+@dataclass(frozen=True)
+class VerifyReport:
+    bundle: Path
+    key_ids: tuple[str, ...]
+    checks: tuple[ClaimCheck, ...]
+    findings: tuple[Drift, ...]
+
+    @property
+    def ok(self) -> bool:
+        return not self.findings and all(check.ok for check in self.checks)
+
+
+def verify(
+    path: Path, trusted: TrustedKeys, *, host: bool = False, anchor: Path | None = None
+) -> VerifyReport:
+    """Verify the bundle at `path`; with `host`, re-observe this machine against it.
+
+    `anchor` is the directory the manifest's relative paths resolve against on this host;
+    by default the directory of the manifest as the build was given it, from here."""
+    integrity = verify_bundle(path, trusted)
+    if not integrity.ok:
+        return VerifyReport(path, integrity.key_ids, (), integrity.findings)
+    sealed = SealedBundle.read(path, anchor)
+    checks = recompute(sealed)
+    findings: tuple[Drift, ...] = ()
+    if host:
+        findings = tuple(host_drifts(sealed, observe(sealed.manifest)))
+    return VerifyReport(path, integrity.key_ids, checks, findings)
+
+
+@dataclass(frozen=True)
+class SealedBundle:
+    """A bundle already proven intact, read for its claims and evidence."""
+
+    path: Path
+    lock: Lock
+    manifest: Manifest
+    suite: Suite
+
+    @classmethod
+    def read(cls, path: Path, anchor: Path | None = None) -> SealedBundle:
+        lock = Lock.from_bytes((path / bundle.LOCK).read_bytes(), where=str(path / bundle.LOCK))
+        text = (path / bundle.MANIFEST).read_text()
+        base = anchor if anchor is not None else Path(lock.bundle.manifest_path).parent
+        manifest = Manifest.from_toml(text, source=str(path / bundle.MANIFEST), base_dir=base)
+        suite = Suite.from_path(path / bundle.ORACLE_DIR / SUITE_FILE)
+        return cls(path, lock, manifest, suite)
+
+    def evidence(self, relative: str) -> Path:
+        return self.path / bundle.EVIDENCE_DIR / relative
+
+    def oracle(self, relative: str) -> Path:
+        return self.path / bundle.ORACLE_DIR / relative
+
+    def observations(self) -> dict[str, Any]:
+        document: dict[str, Any] = json.loads(self.evidence(OBSERVATIONS_FILE).read_text())
+        return document
+
+
+# --- claims recomputed from the sealed evidence ------------------------------------------------
+
+
+def recompute(sealed: SealedBundle) -> tuple[ClaimCheck, ...]:
+    checks: list[ClaimCheck] = [_manifest_check(sealed)]
+    try:
+        rows = _rows(sealed, 1)
+        checks.extend(_oracle_checks(sealed, rows))
+        checks.extend(_fresh_start_checks(sealed, rows))
+        checks.append(_native_check(sealed))
+        checks.append(_gates_check(sealed))
+        checks.extend(_observed_checks(sealed))
+    except (ReproError, OSError, ValueError, KeyError) as error:
+        detail = error.diagnostics() if isinstance(error, ReproError) else repr(error)
+        checks.append(ClaimCheck("evidence", EvidenceClass.SEALED, "unreadable", False, detail))
+    return tuple(checks)
+
+
+def _manifest_check(sealed: SealedBundle) -> ClaimCheck:
+    digest = sha256_file(sealed.path / bundle.MANIFEST)
+    return _equal(
+        "bundle.manifest_sha256", EvidenceClass.SEALED, digest, sealed.lock.bundle.manifest_sha256
+    )
+
+
+def _oracle_checks(sealed: SealedBundle, rows: tuple[OracleRow, ...]) -> list[ClaimCheck]:
+    lock = sealed.lock.oracle
+    suite_sha = sha256_file(sealed.oracle(SUITE_FILE))
+    teacher_bytes = sealed.oracle(TEACHER_FILE).read_bytes()
+    claim = oracle_claim(
+        sealed.manifest, sealed.suite, rows, suite_sha, sha256_bytes(teacher_bytes)
+    )
+    checks = [
+        _equal("oracle.suite_sha256", lock.evidence, claim.suite_sha256, lock.suite_sha256),
+        _equal("oracle.teacher_sha256", lock.evidence, claim.teacher_sha256, lock.teacher_sha256),
+    ]
+    exact = sum(a == b for a, b in zip(claim.rows, lock.rows, strict=False))
+    checks.append(
+        ClaimCheck(
+            "oracle.rows (token ids, text sha256)",
+            lock.evidence,
+            f"{exact}/{len(lock.rows)} rows recomputed equal",
+            claim.rows == lock.rows,
+            "" if claim.rows == lock.rows else _first_row_difference(claim.rows, lock.rows),
+        )
+    )
+    teacher = teacher_from_bytes(teacher_bytes)
+    same = [(t.token_ids, t.text_sha256) for t in teacher.rows] == [
+        (r.token_ids, r.text_sha256) for r in rows
+    ]
+    checks.append(
+        ClaimCheck(
+            "oracle/teacher.json = bench rows", lock.evidence, f"{len(teacher.rows)} rows", same
+        )
+    )
+    if lock.throughput is not None and claim.throughput is not None:
+        for field in ("conventional_median", "historical_median"):
+            ours, theirs = getattr(claim.throughput, field), getattr(lock.throughput, field)
+            if theirs is None:
+                continue
+            checks.append(
+                ClaimCheck(
+                    f"oracle.throughput.{field}",
+                    lock.evidence,
+                    f"{ours!r} tok/s",
+                    ours is not None and abs(ours - theirs) <= 1e-12,
+                    f"locked {theirs!r}",
+                )
+            )
+    return checks
+
+
+def _fresh_start_checks(sealed: SealedBundle, first: tuple[OracleRow, ...]) -> list[ClaimCheck]:
+    checks = []
+    for start in range(2, sealed.manifest.oracle.gates.fresh_starts + 1):
+        again = _rows(sealed, start)
+        same = [r.token_ids for r in again] == [r.token_ids for r in first]
+        checks.append(
+            ClaimCheck(
+                f"fresh start {start} reproduces token ids",
+                EvidenceClass.SEALED,
+                f"{len(again)} rows",
+                same,
+            )
+        )
+    return checks
+
+
+def _native_check(sealed: SealedBundle) -> ClaimCheck:
+    audit_dir = sealed.evidence(f"start-1/{AUDIT_DIR}")
+    values = sealed.observations()["values"]
+    audit: list[tuple[str, list[Any]]] = []
+    for role_file in sorted(audit_dir.glob("*.json")):
+        if role_file.name == DRIFTS_FILE:
+            continue
+        for process in json.loads(role_file.read_text())["processes"]:
+            objects = [SimpleNamespace(**obj) for obj in process["objects"]]
+            audit.append((process["role"], objects))
+    roles = roles_claim(audit, values)
+    audit_drifts = json.loads((audit_dir / DRIFTS_FILE).read_text())
+    lock = sealed.lock.native
+    count = sum(len(objects) for objects in lock.roles.values())
+    ok = roles == lock.roles and audit_drifts == []
+    detail = "" if ok else f"{len(audit_drifts)} audit drift(s); roles equal: {roles == lock.roles}"
+    return ClaimCheck(
+        "native.roles (live audit of every process)",
+        lock.evidence,
+        f"{len(roles)} roles, {count} mappings",
+        ok,
+        detail,
+    )
+
+
+def _gates_check(sealed: SealedBundle) -> ClaimCheck:
+    verdicts = json.loads(sealed.evidence(VERDICTS_FILE).read_text())
+    failed = [v["gate"] for v in verdicts if v["status"] == "fail"]
+    return ClaimCheck(
+        "teacher run gates",
+        EvidenceClass.SEALED,
+        f"{len(verdicts) - len(failed)}/{len(verdicts)} pass or n/a",
+        not failed,
+        ", ".join(failed),
+    )
+
+
+def _observed_checks(sealed: SealedBundle) -> list[ClaimCheck]:
+    """The live claims against the observations the build recorded."""
+    observed = sealed.observations()
+    lock = sealed.lock
+    checks = []
+    for claim, facts in zip(lock.models, observed["models"], strict=True):
+        files = {f["name"]: f["sha256"] for f in facts["files"]}
+        checks.append(
+            _equal(
+                f"models[{claim.role}].files",
+                claim.evidence,
+                f"{len(files)} files",
+                f"{len(claim.files)} files",
+                files == claim.files,
+            )
+        )
+    python = observed["python"] or {}
+    packages = {d["name"]: d["version"] for d in python.get("distributions", ())}
+    checks.append(
+        _equal(
+            "python.packages",
+            lock.python.evidence,
+            f"{len(packages)} distributions",
+            f"{len(lock.python.packages)} distributions",
+            packages == lock.python.packages,
+        )
+    )
+    host_ok = observed["host"] == lock.host.facts
+    checks.append(_equal("host.facts", lock.host.evidence, "recorded", "recorded", host_ok))
+    return checks
+
+
+# --- this host against the lock ------------------------------------------------------------------
+
+
+def host_drifts(sealed: SealedBundle, observed: Observations) -> list[Drift]:
+    """This machine against the manifest, then against every file hash the lock pins."""
+    found = drifts(sealed.manifest, observed)
+    lock = sealed.lock
+    for claim, facts in zip(lock.models, observed.models, strict=True):
+        here = {f.name: f.sha256 for f in facts.files}
+        found.extend(
+            _lock_drift(f"model {claim.role}: {name}", digest, here.get(name))
+            for name, digest in sorted(claim.files.items())
+            if here.get(name) != digest
+        )
+    if observed.python is not None:
+        here = {d.name: d.version for d in observed.python.distributions}
+        found.extend(
+            _lock_drift(f"package {name}", version, here.get(name))
+            for name, version in sorted(lock.python.packages.items())
+            if here.get(name) != version
+        )
+    found.extend(native_drifts(lock, observed.values))
+    return found
+
+
+def native_drifts(lock: Lock, values: Mapping[str, str]) -> list[Drift]:
+    """Every locked mapping must be the same bytes at its place on this host, and no library
+    may shadow it: each is resolved again by its name through this environment's search."""
+    found = []
+    seen: set[str] = set()
+    for role, objects in sorted(lock.native.roles.items()):
+        for obj in objects:
+            if obj.path in seen or obj.sha256 is None:
+                continue
+            seen.add(obj.path)
+            path = _expand(obj.path, values)
+            digest = _digest(path)
+            if digest != obj.sha256:
+                found.append(_lock_drift(f"{role}: {obj.path}", obj.sha256, digest))
+    found.extend(_shadowing(lock, values))
+    return found
+
+
+def _shadowing(lock: Lock, values: Mapping[str, str]) -> list[Drift]:
+    """A directory of this environment's LD_LIBRARY_PATH holding a locked library's name."""
+    directories = [d for d in os.environ.get("LD_LIBRARY_PATH", "").split(":") if d]
+    found = []
+    locked = {
+        Path(_expand(obj.path, values)).name: obj
+        for objects in lock.native.roles.values()
+        for obj in objects
+        if obj.rule in ("startup", "dependency")
+    }
+    for directory in directories:
+        for name, obj in sorted(locked.items()):
+            candidate = Path(directory) / name
+            if candidate.is_file() and str(candidate) != _expand(obj.path, values):
+                found.append(
+                    Drift(
+                        kind=DriftKind.ORIGIN_DRIFT,
+                        subject=name,
+                        expected=obj.path,
+                        observed=f"{candidate} (LD_LIBRARY_PATH)",
+                        why="a library earlier on the search path shadows the locked one",
+                    )
+                )
+    return found
+
+
+def _expand(template: str, values: Mapping[str, str]) -> str:
+    return expand(template, values)
+
+
+def _digest(path: str) -> str | None:
+    try:
+        return sha256_file(path)
+    except ReproError:
+        return None
+
+
+def _lock_drift(subject: str, expected: str, observed: str | None) -> Drift:
+    return Drift(
+        kind=DriftKind.CLAIM,
+        subject=subject,
+        expected=expected,
+        observed=observed or "missing",
+        why="this host differs from what the lock pins",
+    )
+
+
+def _rows(sealed: SealedBundle, start: int) -> tuple[OracleRow, ...]:
+    path = sealed.evidence(f"start-{start}/{ROWS_FILE}")
+    if not path.is_file():
+        raise BadInput("sealed evidence is missing", where=str(path))
+    return tuple(OracleRow.model_validate(row) for row in json.loads(path.read_text()))
+
+
+def _equal(
+    claim: str,
+    evidence: EvidenceClass,
+    value: str,
+    locked: str,
+    ok: bool | None = None,
+) -> ClaimCheck:
+    same = value == locked if ok is None else ok
+    return ClaimCheck(claim, evidence, value, same, "" if same else f"locked {locked}")
+
+
+def _first_row_difference(ours: tuple[Any, ...], theirs: tuple[Any, ...]) -> str:
+    for index, (a, b) in enumerate(zip(ours, theirs, strict=False)):
+        if a != b:
+            return f"row {index} ({b.prompt_id}) differs from the lock"
+    return f"{len(ours)} rows recomputed, {len(theirs)} locked"

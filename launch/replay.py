@@ -1,0 +1,77 @@
+"""`repro launch`: replay a sealed bundle on this machine and fail closed on any drift.
+
+Preflight is `repro verify --host`: the bundle intact, every claim recomputed, this host
+observed against the manifest and the lock. Only then is the candidate profile started exactly
+as locked, audited live, asked the suite once and judged against the sealed teacher; the run
+directory is then sealed like a bundle, so the replay is itself evidence anyone can verify.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from builder import bundle
+from builder.build import TEACHER_FILE, evidence_files, teacher_from_bytes
+from builder.errors import ReproError
+from builder.keys import SigningKey, TrustedKeys
+from builder.seal import BundleContent, seal
+from builder.seal import SealedBundle as SealedCopy
+from builder.verify import SealedBundle, VerifyReport, verify
+from launch.run import RunPlan, RunRecord, run_profile
+
+
+class PreflightRefused(ReproError):
+    """`verify --host` found drift: nothing was started."""
+
+    def __init__(self, report: VerifyReport) -> None:
+        failed = [c for c in report.checks if not c.ok]
+        super().__init__(
+            "preflight refused: this host or this bundle does not hold",
+            where=str(report.bundle),
+            found=f"{len(report.findings)} drift(s), {len(failed)} claim(s) not recomputed",
+        )
+        self.report = report
+
+
+@dataclass(frozen=True)
+class Replay:
+    preflight: VerifyReport
+    run: RunRecord
+    sealed: SealedCopy | None
+    """The run directory sealed as a bundle; None when no signing key was given."""
+
+
+def launch(
+    path: Path,
+    trusted: TrustedKeys,
+    *,
+    runs: Path,
+    signing_key: SigningKey | None,
+    profile: str | None = None,
+    anchor: Path | None = None,
+) -> Replay:
+    preflight = verify(path, trusted, host=True, anchor=anchor)
+    if not preflight.ok:
+        raise PreflightRefused(preflight)
+    sealed_bundle = SealedBundle.read(path, anchor)
+    manifest = sealed_bundle.manifest
+    chosen = profile or ("candidate" if "candidate" in manifest.launch.profiles else None)
+    chosen = chosen or manifest.oracle.teacher
+    teacher = teacher_from_bytes(sealed_bundle.oracle(TEACHER_FILE).read_bytes())
+    name = f"{manifest.bundle.name}-run-{time.strftime('%Y%m%dT%H%M%SZ', time.gmtime())}"
+    run_dir = runs / f".{name}.work"
+    record = run_profile(RunPlan(manifest, chosen, run_dir, teacher=teacher))
+    sealed = None
+    if signing_key is not None:
+        content = BundleContent(
+            name=name,
+            manifest=path / bundle.MANIFEST,
+            manifest_source=str(path / bundle.MANIFEST),
+            lock=sealed_bundle.lock.model_dump(mode="json", by_alias=True),
+            oracle={TEACHER_FILE: sealed_bundle.oracle(TEACHER_FILE)},
+            evidence=evidence_files(run_dir, len(record.starts)),
+        )
+        sealed = seal(content, signing_key, runs)
+    return Replay(preflight, record, sealed)
