@@ -208,9 +208,9 @@ def assemble_lock(
         ),
         launch=LaunchClaim(
             evidence=EvidenceClass.LIVE,
-            profile=manifest.oracle.teacher,
-            argv=manifest.launch.argv_for(manifest.oracle.teacher),
-            env=manifest.launch.env_for(manifest.oracle.teacher),
+            profile=record.plan.profile,
+            argv=manifest.launch.argv_for(record.plan.profile),
+            env=manifest.launch.env_for(record.plan.profile),
         ),
         oracle=oracle_claim(manifest, suite, record.rows, suite_sha256, teacher_sha256),
     )

@@ -57,6 +57,8 @@ class VerifyReport:
     key_ids: tuple[str, ...]
     checks: tuple[ClaimCheck, ...]
     findings: tuple[Drift, ...]
+    observations: Observations | None = None
+    """This host as `--host` observed it."""
 
     @property
     def ok(self) -> bool:
@@ -75,10 +77,11 @@ def verify(
         return VerifyReport(path, integrity.key_ids, (), integrity.findings)
     sealed = SealedBundle.read(path, anchor)
     checks = recompute(sealed)
-    findings: tuple[Drift, ...] = ()
-    if host:
-        findings = tuple(host_drifts(sealed, observe(sealed.manifest)))
-    return VerifyReport(path, integrity.key_ids, checks, findings)
+    if not host:
+        return VerifyReport(path, integrity.key_ids, checks, ())
+    observed = observe(sealed.manifest)
+    findings = tuple(host_drifts(sealed, observed))
+    return VerifyReport(path, integrity.key_ids, checks, findings, observed)
 
 
 @dataclass(frozen=True)

@@ -13,8 +13,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from builder import bundle
-from builder.build import TEACHER_FILE, evidence_files, teacher_from_bytes
+from builder.build import TEACHER_FILE, assemble_lock, evidence_files, teacher_from_bytes
 from builder.errors import ReproError
+from builder.hashing import sha256_file
 from builder.keys import SigningKey, TrustedKeys
 from builder.seal import BundleContent, seal
 from builder.seal import SealedBundle as SealedCopy
@@ -64,12 +65,22 @@ def launch(
     run_dir = runs / f".{name}.work"
     record = run_profile(RunPlan(manifest, chosen, run_dir, teacher=teacher))
     sealed = None
-    if signing_key is not None:
+    if signing_key is not None and preflight.observations is not None and record.starts:
+        teacher_path = sealed_bundle.oracle(TEACHER_FILE)
+        lock = assemble_lock(
+            manifest,
+            sealed_bundle.lock.bundle.manifest_path,
+            preflight.observations,
+            record,
+            sealed_bundle.suite,
+            suite_sha256=sealed_bundle.lock.oracle.suite_sha256,
+            teacher_sha256=sha256_file(teacher_path),
+        )
         content = BundleContent(
             name=name,
             manifest=path / bundle.MANIFEST,
             manifest_source=str(path / bundle.MANIFEST),
-            lock=sealed_bundle.lock.model_dump(mode="json", by_alias=True),
+            lock=lock.model_dump(mode="json", by_alias=True),
             oracle={TEACHER_FILE: sealed_bundle.oracle(TEACHER_FILE)},
             evidence=evidence_files(run_dir, len(record.starts)),
         )

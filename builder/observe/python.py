@@ -17,9 +17,9 @@ This module owns three things:
 RECORD scope: with `check_record`, every distribution of site-packages is checked, not only the
 pinned ones, because an unpinned dependency (transformers, tokenizers, ...) changes what runs as
 much as a pinned one, and the whole serving venv of the embedded default (149 distributions,
-35,419 hashed entries, 3.1 GB) checks in 4 to 6 s on two cores with a warm page cache. Entries without a hash (RECORD itself)
-and bytecode caches (`__pycache__/*.pyc`, which the interpreter and pip rewrite) are skipped, as
-the RECORD specification allows. Files in site-packages that no
+35,419 hashed entries, 3.1 GB) checks in 4 to 6 s on two cores with a warm page cache. Entries
+without a hash (RECORD itself) and bytecode caches (`__pycache__/*.pyc`, which the interpreter
+and pip rewrite) are skipped, as the RECORD specification allows. Files in site-packages that no
 RECORD lists are reported as unowned, except `__pycache__/*.pyc`, which RECORD leaves out by
 design: a stray `.pth` or `sitecustomize.py` runs at every start of the interpreter.
 """
