@@ -1,110 +1,103 @@
-"""The embedded default: generate the tiny model, serve it on vLLM CPU, audit it live, tear down.
+"""The embedded default end to end: generate the tiny model, build, verify, launch, report.
 
-`repro demo` runs `manifests/tiny-cpu.toml` end to end on this machine: the deterministic tiny
-Llama model is written and checked against its pinned sha256s, the teacher profile is started
-exactly as declared, every process of the running server is audited against the loader
-emulation and the manifest's native policy, and the server is torn down with proof that no
-process is left and the port is free. Exit 0 only when nothing drifted.
+`repro demo` writes the deterministic tiny Llama model where `manifests/tiny-cpu.toml` expects
+it (its files must match their pinned sha256), builds the bundle against a real vLLM CPU server
+(teacher profile, every process audited live), verifies it offline and against this host,
+replays it with the candidate profile against the sealed teacher, and prints the report. The
+bundle and the sealed run are written under `--out` (default: a new temporary directory), signed
+with the project's example key. Exit 0 only when every step passes.
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 import tempfile
 from pathlib import Path
 
-from rich.console import Console
-from rich.status import Status
-
 from builder import tinymodel
-from builder.auditreport import print_report, report_document
-from builder.drift import Drift
-from builder.errors import BadInput, ExitCode
+from builder.build import BuildRefused, build
+from builder.commands._shared import print_report
+from builder.commands.run import print_summary
+from builder.errors import ExitCode
+from builder.keys import SigningKey, TrustedKeys
 from builder.manifest import Manifest
-from builder.observe.models import model_drifts
-from builder.observe.native import judge_tree, observe_tree, policy_from_manifest
 from builder.render import console, drift_table, table, write_json
-from launch.server import serving
-from launch.spec import server_spec
+from builder.verify import verify
+from launch.replay import PreflightRefused, launch
 
-DEFAULT_MANIFEST = Path(__file__).resolve().parents[2] / "manifests" / "tiny-cpu.toml"
+REPO_ROOT = Path(__file__).resolve().parents[2]
+DEFAULT_MANIFEST = REPO_ROOT / "manifests" / "tiny-cpu.toml"
+EXAMPLE_KEY = REPO_ROOT / "keys" / "example.key"
 
 
 def configure_parser(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument(
-        "--manifest", type=Path, default=DEFAULT_MANIFEST, help="default: manifests/tiny-cpu.toml"
-    )
-    parser.add_argument("--profile", default=None, help="launch profile; default: the teacher")
-    parser.add_argument("--run-dir", type=Path, help="keep the server log and audit here")
+    parser.add_argument("--out", type=Path, help="where the bundle and the run go")
     parser.add_argument("--json", action="store_true", help="machine-readable report")
 
 
 def execute(args: argparse.Namespace) -> int:
-    manifest = Manifest.from_path(args.manifest)
-    profile = args.profile or manifest.oracle.teacher
-    if profile not in manifest.launch.profiles:
-        raise BadInput(
-            "unknown launch profile",
-            where=f"{args.manifest}: launch.profiles",
-            expected=" or ".join(sorted(manifest.launch.profiles)),
-            found=profile,
-        )
-    out = console()
-    model_problems = _prepare_models(manifest)
-    run_dir = args.run_dir or Path(tempfile.mkdtemp(prefix="repro-demo-"))
-    spec = server_spec(manifest, profile, run_dir)
-    starting = f"starting {manifest.bundle.name} ({profile}) on port {spec.port}"
-    with _status(starting, quiet=args.json), serving(spec) as server:
-        tree = observe_tree(server.pid, show_progress=not args.json)
-    report = judge_tree(tree, policy_from_manifest(manifest))
-    drifts = [*model_problems, *report.drifts]
+    out = args.out or Path(tempfile.mkdtemp(prefix="repro-demo-"))
+    out.mkdir(parents=True, exist_ok=True)
+    manifest_path = Path(os.path.relpath(DEFAULT_MANIFEST))
+    manifest = Manifest.from_path(manifest_path)
+    key = SigningKey.from_path(EXAMPLE_KEY)
+    trusted = TrustedKeys.from_key_file(EXAMPLE_KEY.with_suffix(".pub"))
+    say = _quiet if args.json else _say
+
+    for model in manifest.models:
+        if model.repo == tinymodel.REPO_ID:
+            say(f"generating the tiny model into {model.directory(manifest.resolve('.'))}")
+            tinymodel.generate(model.directory(manifest.resolve(".")))
+    say("building the bundle (observe every pin, run the teacher, seal)")
+    try:
+        built = build(manifest_path, key, out / "bundles", out / "build-run", progress=say)
+    except BuildRefused as refused:
+        console().print(drift_table(refused.drifts, refused.what))
+        return int(ExitCode.CHECK_FAILED)
+    say(f"verifying {built.sealed.path} offline and against this host")
+    verified = verify(built.sealed.path, trusted, host=True)
+    if not verified.ok:
+        print_report(verified)
+        return int(ExitCode.CHECK_FAILED)
+    say("launching the bundle (candidate profile against the sealed teacher)")
+    try:
+        replay = launch(built.sealed.path, trusted, runs=out / "runs", signing_key=key)
+    except PreflightRefused as refused:
+        print_report(refused.report)
+        return int(ExitCode.CHECK_FAILED)
     if args.json:
         write_json(
             {
-                "manifest": str(args.manifest),
-                "profile": profile,
-                "server": {"argv": list(spec.argv), "ready_after_s": server.ready_after_s,
-                           "log": str(spec.log_path)},
-                "model_drifts": [d.model_dump(mode="json") for d in model_problems],
-                "audit": report_document(report),
-                "passed": not drifts,
+                "ok": replay.run.passed,
+                "bundle": str(built.sealed.path),
+                "run": replay.run.summary(),
+                "sealed_run": str(replay.sealed.path) if replay.sealed else None,
             }
-        )  # fmt: skip
+        )
     else:
-        out.print(
+        print_report(verified)
+        print_summary(replay.run, None)
+        sealed = replay.sealed.path if replay.sealed else "not sealed"
+        console().print(
             table(
-                f"{manifest.bundle.name}: {manifest.bundle.description}",
+                "repro demo",
                 ("step", "result"),
                 (
-                    ("model files", _model_summary(manifest, model_problems)),
-                    ("server", f"ready after {server.ready_after_s:.1f} s; log {spec.log_path}"),
-                    ("teardown", "no process of the tree left; port free"),
+                    ("bundle", f"{built.sealed.path} (signed {built.sealed.key_id[:16]})"),
+                    ("verify --host", "PASS"),
+                    ("launch", f"{replay.run.status.value}; sealed run {sealed}"),
                 ),
             )
         )
-        if model_problems:
-            out.print(drift_table(model_problems, "model drift"))
-        print_report(report, objects=False)
-    return int(ExitCode.PASS if not drifts else ExitCode.CHECK_FAILED)
+    return int(replay.run.exit_code)
 
 
-def _prepare_models(manifest: Manifest) -> list[Drift]:
-    """Generate the embedded model where the manifest expects it, then check every pin."""
-    problems: list[Drift] = []
-    for model in manifest.models:
-        directory = model.directory(manifest.resolve("."))
-        if model.repo == tinymodel.REPO_ID:
-            tinymodel.generate(directory)
-        problems.extend(model_drifts(model, directory))
-    return problems
+def _say(message: str) -> None:
+    sys.stderr.write(f"repro demo: {message}\n")
+    sys.stderr.flush()
 
 
-def _model_summary(manifest: Manifest, problems: list[Drift]) -> str:
-    files = sum(len(model.files) for model in manifest.models)
-    return f"{files - len(problems)}/{files} files match their pinned sha256"
-
-
-def _status(message: str, *, quiet: bool) -> Status:
-    """A spinner on stderr while the server starts; silent when stderr is not a terminal."""
-    return Status(message, console=Console(stderr=True, quiet=quiet or not sys.stderr.isatty()))
+def _quiet(_message: str) -> None:
+    return None
