@@ -262,7 +262,8 @@ def _one_start(run: _Run, record: StartRecord) -> None:
         record.error = error
     finally:
         _teardown(run, record, server)
-    notify(Event("torn-down", number, "torn down: no process left, port free", pid=server.pid))
+    if record.teardown is not None:
+        notify(Event("torn-down", number, "torn down: no process left, port free", pid=server.pid))
 
 
 def _preflight(plan: RunPlan, spec: lifecycle.ServerSpec) -> None:
