@@ -39,7 +39,7 @@ def configure_parser(parser: argparse.ArgumentParser) -> None:
 
 def execute(args: argparse.Namespace) -> int:
     out = args.out or Path(tempfile.mkdtemp(prefix="repro-demo-"))
-    out.mkdir(parents=True, exist_ok=True)
+    (out / "bundles").mkdir(parents=True, exist_ok=True)
     manifest_path = Path(os.path.relpath(DEFAULT_MANIFEST))
     manifest = Manifest.from_path(manifest_path)
     key = SigningKey.from_path(EXAMPLE_KEY)
