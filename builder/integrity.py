@@ -32,7 +32,7 @@ from builder.bundle import (
 )
 from builder.drift import Drift, DriftKind
 from builder.errors import BadInput, NotObservable, ReproError
-from builder.hashing import sha256_bytes, sha256_file
+from builder.hashing import sha256_bytes, sha256_file, sha256_files
 from builder.keys import TrustedKeys
 from builder.seal import describe_mode
 from builder.statement import Statement
@@ -294,11 +294,15 @@ def _missing(name: str, expected: str) -> Drift:
 
 
 def _files(scan: _Scan, digests: Mapping[str, str]) -> list[Drift]:
+    sealed = [name for name in sorted(digests) if name in scan.files]
+    extra = [name for name in sorted(scan.files) if name not in digests and name not in SEAL_FILES]
+    names = sealed + extra
+    hashed = dict(zip(names, sha256_files([scan.files[name] for name in names]), strict=True))
     findings: list[Drift] = []
     for name in sorted(digests):
         if name not in scan.files:
             findings.append(_missing(name, digests[name]))
-        elif (found := sha256_file(scan.files[name])) != digests[name]:
+        elif (found := hashed[name]) != digests[name]:
             findings.append(
                 Drift(
                     kind=DriftKind.FILE_DIGEST,
@@ -313,11 +317,10 @@ def _files(scan: _Scan, digests: Mapping[str, str]) -> list[Drift]:
             kind=DriftKind.EXTRA_FILE,
             subject=name,
             expected="no such file",
-            observed=f"sha256 {sha256_file(scan.files[name])}",
+            observed=f"sha256 {hashed[name]}",
             why="the file is not sealed by the statement",
         )
-        for name in sorted(scan.files)
-        if name not in digests and name not in SEAL_FILES
+        for name in extra
     ]
     findings += [
         Drift(
