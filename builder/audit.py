@@ -88,6 +88,8 @@ class ProcessAudit:
     exe: str | None
     objects: tuple[ObjectVerdict, ...]
     error: str | None
+    environ: Mapping[str, str] = field(default_factory=dict)
+    """The loader's variables the process started with (LD_LIBRARY_PATH, LD_PRELOAD, …)."""
 
 
 @dataclass(frozen=True)
@@ -372,6 +374,7 @@ def _process_audit(process: ProcessSnapshot, explainer: _Explainer) -> ProcessAu
         exe=process.exe,
         objects=tuple(objects),
         error=process.error,
+        environ=process.environ,
     )
 
 

@@ -20,6 +20,7 @@ def report_document(report: AuditReport) -> dict[str, object]:
                 "name": p.name,
                 "exe": p.exe,
                 "error": p.error,
+                "environ": dict(p.environ),
                 "objects": [
                     {
                         "path": o.path,

@@ -61,6 +61,7 @@ START_EVIDENCE = (
 )
 
 Progress = Callable[[str], None]
+LOADER_PATH_VARIABLES = ("LD_LIBRARY_PATH", "LD_PRELOAD")
 
 
 class BuildRefused(ReproError):
@@ -161,9 +162,9 @@ def assemble_lock(
     teacher_sha256: str,
 ) -> Lock:
     values = observed.values
-    first = record.starts[0]
-    assert first.audit is not None, "a passing run audited its first start"
-    audit = [(process.role, process.objects) for process in first.audit.processes]
+    # A replay that failed before its audit is still sealed, with what it saw.
+    first_audit = record.starts[0].audit if record.starts else None
+    audit = first_audit.processes if first_audit is not None else ()
     return Lock(
         bundle=BundleClaim(
             name=manifest.bundle.name,
@@ -205,6 +206,7 @@ def assemble_lock(
             kernel_sets=manifest.native.kernel_sets,
             modules=_modules(manifest.native.modules, audit, values),
             roles=roles_claim(audit, values),
+            environments=environments_claim(audit, values),
         ),
         launch=LaunchClaim(
             evidence=EvidenceClass.LIVE,
@@ -226,7 +228,7 @@ def oracle_claim(
     """What `repro verify` recomputes from the sealed rows: the same function builds it."""
     gate = manifest.oracle.gates.throughput
     throughput = None
-    if gate is not None:
+    if gate is not None and rows and all(len(r.token_ids) >= gate.tokens for r in rows):
         measured = measure(rows, gate.tokens)
         historical = measured.historical_median if gate.record_historical else None
         throughput = ThroughputClaim(
@@ -255,16 +257,52 @@ def row_claim(row: OracleRow) -> OracleRowClaim:
 
 
 def roles_claim(
-    audit: Sequence[tuple[str, Sequence[Any]]], values: Mapping[str, str]
+    processes: Sequence[Any], values: Mapping[str, str]
 ) -> dict[str, tuple[MappedObject, ...]]:
-    """Every ELF each role's processes mapped, in placeholder form, one entry per path."""
+    """Every ELF each role's processes mapped, in placeholder form, one entry per path.
+
+    `processes` are the live audit's (`ProcessAudit`) or their sealed JSON, read alike."""
     roles: dict[str, dict[str, MappedObject]] = {}
-    for role, objects in audit:
-        for obj in objects:
+    for process in processes:
+        for obj in process.objects:
             path = placeholder_path(obj.path, values)
-            entry = MappedObject(path=path, sha256=obj.sha256, rule=obj.rule, reason=obj.reason)
-            roles.setdefault(role, {}).setdefault(path, entry)
+            requester = placeholder_path(obj.requester, values) if obj.requester else None
+            entry = MappedObject(
+                path=path, sha256=obj.sha256, rule=obj.rule, reason=obj.reason,
+                requester=requester,
+            )  # fmt: skip
+            roles.setdefault(process.role, {}).setdefault(path, entry)
     return {role: tuple(entries[p] for p in sorted(entries)) for role, entries in roles.items()}
+
+
+def environments_claim(
+    processes: Sequence[Any], values: Mapping[str, str]
+) -> dict[str, dict[str, str]]:
+    """The loader's variables each role started with, path elements in placeholder form."""
+    environments: dict[str, dict[str, str]] = {}
+    for process in processes:
+        loader_env = {
+            name: ":".join(_raw_placeholder(element, values) for element in value.split(":"))
+            for name, value in sorted(process.environ.items())
+            if name in LOADER_PATH_VARIABLES
+        }
+        environments.setdefault(process.role, loader_env)
+    return environments
+
+
+def _raw_placeholder(element: str, values: Mapping[str, str]) -> str:
+    """A search-path element with its longest placeholder prefix replaced, and nothing else
+    touched: `..` in it is the kernel's to resolve, physically, so it stays as written."""
+    matches = [
+        (len(value), name)
+        for name, value in values.items()
+        if element == value or element.startswith(value.rstrip("/") + "/")
+    ]
+    escaped = element.replace("{", "{{").replace("}", "}}")
+    if not matches:
+        return escaped
+    _, name = max(matches)
+    return "{" + name + "}" + escaped[len(values[name]) :]
 
 
 def teacher_from_bytes(data: bytes) -> Teacher:
@@ -295,11 +333,9 @@ def _python_claim(observed: Observations) -> PythonClaim:
 
 
 def _modules(
-    modules: Sequence[str],
-    audit: Sequence[tuple[str, Sequence[Any]]],
-    values: Mapping[str, str],
+    modules: Sequence[str], processes: Sequence[Any], values: Mapping[str, str]
 ) -> dict[str, str]:
-    paths = sorted({obj.path for _, objects in audit for obj in objects})
+    paths = sorted({obj.path for process in processes for obj in process.objects})
     found = {}
     for module in modules:
         match = next((p for p in paths if p.endswith(module_file_stems(module))), None)

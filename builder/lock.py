@@ -81,6 +81,8 @@ class MappedObject(_Frozen):
     sha256: str | None
     rule: str
     reason: str
+    requester: str | None = None
+    """The object whose need the loader resolved to this one (a dependency), placeholder form."""
 
 
 class NativeClaim(_Claim):
@@ -89,6 +91,9 @@ class NativeClaim(_Claim):
     """Declared extension module → the file a process mapped it from."""
     roles: dict[str, tuple[MappedObject, ...]]
     """Process role → every ELF a process of that role mapped, in placeholder form."""
+    environments: dict[str, dict[str, str]] = Field(default_factory=dict)
+    """Process role → the loader's variables it started with (LD_LIBRARY_PATH, LD_PRELOAD),
+    each path element in placeholder form: vLLM and its imports set some for their children."""
 
 
 class LaunchClaim(_Claim):

@@ -12,7 +12,7 @@ the manifest and the lock, starting nothing.
 from __future__ import annotations
 
 import json
-import os
+import tempfile
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -24,6 +24,7 @@ from builder.build import (
     OBSERVATIONS_FILE,
     SUITE_FILE,
     TEACHER_FILE,
+    environments_claim,
     oracle_claim,
     roles_claim,
     teacher_from_bytes,
@@ -33,7 +34,9 @@ from builder.errors import BadInput, ReproError
 from builder.hashing import sha256_bytes, sha256_file
 from builder.integrity import verify_bundle
 from builder.keys import TrustedKeys
-from builder.lock import EvidenceClass, Lock
+from builder.loader import dlopen_closure, executable_closure
+from builder.loaderhost import HostFileSystem, host_config, read_cache
+from builder.lock import EvidenceClass, Lock, MappedObject
 from builder.manifest import Manifest, Suite, expand
 from builder.observations import Observations, drifts, observe
 from launch.evidence import OracleRow
@@ -204,19 +207,23 @@ def _fresh_start_checks(sealed: SealedBundle, first: tuple[OracleRow, ...]) -> l
 def _native_check(sealed: SealedBundle) -> ClaimCheck:
     audit_dir = sealed.evidence(f"start-1/{AUDIT_DIR}")
     values = sealed.observations()["values"]
-    audit: list[tuple[str, list[Any]]] = []
+    processes: list[SimpleNamespace] = []
     for role_file in sorted(audit_dir.glob("*.json")):
         if role_file.name == DRIFTS_FILE:
             continue
         for process in json.loads(role_file.read_text())["processes"]:
             objects = [SimpleNamespace(**obj) for obj in process["objects"]]
-            audit.append((process["role"], objects))
-    roles = roles_claim(audit, values)
+            processes.append(
+                SimpleNamespace(role=process["role"], objects=objects, environ=process["environ"])
+            )
+    roles = roles_claim(processes, values)
+    environments = environments_claim(processes, values)
     audit_drifts = json.loads((audit_dir / DRIFTS_FILE).read_text())
     lock = sealed.lock.native
     count = sum(len(objects) for objects in lock.roles.values())
-    ok = roles == lock.roles and audit_drifts == []
-    detail = "" if ok else f"{len(audit_drifts)} audit drift(s); roles equal: {roles == lock.roles}"
+    same = roles == lock.roles and environments == lock.environments
+    ok = same and audit_drifts == []
+    detail = "" if ok else f"{len(audit_drifts)} audit drift(s); mappings equal: {same}"
     return ClaimCheck(
         "native.roles (live audit of every process)",
         lock.evidence,
@@ -314,29 +321,67 @@ def native_drifts(lock: Lock, values: Mapping[str, str]) -> list[Drift]:
 
 
 def _shadowing(lock: Lock, values: Mapping[str, str]) -> list[Drift]:
-    """A directory of this environment's LD_LIBRARY_PATH holding a locked library's name."""
-    directories = [d for d in os.environ.get("LD_LIBRARY_PATH", "").split(":") if d]
-    found = []
-    locked = {
-        Path(_expand(obj.path, values)).name: obj
-        for objects in lock.native.roles.values()
-        for obj in objects
-        if obj.rule in ("startup", "dependency")
-    }
-    for directory in directories:
-        for name, obj in sorted(locked.items()):
-            candidate = Path(directory) / name
-            if candidate.is_file() and str(candidate) != _expand(obj.path, values):
-                found.append(
-                    Drift(
-                        kind=DriftKind.ORIGIN_DRIFT,
-                        subject=name,
-                        expected=obj.path,
-                        observed=f"{candidate} (LD_LIBRARY_PATH)",
-                        why="a library earlier on the search path shadows the locked one",
-                    )
-                )
+    """Each role's dependencies resolved again by the loader emulation in the environment that
+    role started with: a need that now lands on another file than the locked one is shadowed
+    (a library dropped earlier on LD_LIBRARY_PATH, a RUNPATH directory, the cache)."""
+    found: list[Drift] = []
+    for role, objects in sorted(lock.native.roles.items()):
+        env = {k: expand(v, values) for k, v in lock.native.environments.get(role, {}).items()}
+        found.extend(role_shadowing(role, objects, values, env))
     return found
+
+
+def role_shadowing(
+    role: str,
+    objects: tuple[MappedObject, ...],
+    values: Mapping[str, str],
+    env: Mapping[str, str],
+) -> list[Drift]:
+    executable = next((o for o in objects if o.rule == "executable"), None)
+    if executable is None:
+        return []
+    config, cache = host_config(env), read_cache()
+    # The server starts in a fresh, empty directory (`launch.spec`): resolve from one.
+    fs = HostFileSystem(tempfile.mkdtemp(prefix="repro-cwd-"))
+    locked = {fs.realpath(expand(o.path, values)): o for o in objects}
+    startup = executable_closure(expand(executable.path, values), config=config, cache=cache, fs=fs)
+    resolutions = list(startup.resolutions)
+    caller = next(o for o in startup.order if o.executable)
+    requesters = sorted(
+        {o.requester for o in objects if o.rule == "dependency" and o.requester} - {executable.path}
+    )
+    for requester in requesters:
+        closure = dlopen_closure(
+            expand(requester, values), caller, startup.order, config=config, cache=cache, fs=fs
+        )
+        resolutions.extend(closure.resolutions[1:])
+    drifts = []
+    for resolution in resolutions:
+        if resolution.path is None or not resolution.newly_loaded:
+            continue
+        real = fs.realpath(resolution.path)
+        if real in locked:
+            continue
+        drifts.append(
+            Drift(
+                kind=DriftKind.ORIGIN_DRIFT,
+                subject=f"{role}: {resolution.need}",
+                expected=_locked_for(resolution.need, objects, fs, values),
+                observed=f"{resolution.path} ({resolution.reason})",
+                why="the loader would now map another file than the locked one",
+            )
+        )
+    return drifts
+
+
+def _locked_for(
+    need: str, objects: tuple[MappedObject, ...], fs: HostFileSystem, values: Mapping[str, str]
+) -> str:
+    for obj in objects:
+        info = fs.read_elf(expand(obj.path, values))
+        if info is not None and need in (info.soname, Path(obj.path).name):
+            return obj.path
+    return "no locked library of that name"
 
 
 def _expand(template: str, values: Mapping[str, str]) -> str:

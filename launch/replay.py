@@ -13,7 +13,13 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from builder import bundle
-from builder.build import TEACHER_FILE, assemble_lock, evidence_files, teacher_from_bytes
+from builder.build import (
+    SUITE_FILE,
+    TEACHER_FILE,
+    assemble_lock,
+    evidence_files,
+    teacher_from_bytes,
+)
 from builder.errors import ReproError
 from builder.hashing import sha256_file
 from builder.keys import SigningKey, TrustedKeys
@@ -81,7 +87,10 @@ def launch(
             manifest=path / bundle.MANIFEST,
             manifest_source=str(path / bundle.MANIFEST),
             lock=lock.model_dump(mode="json", by_alias=True),
-            oracle={TEACHER_FILE: sealed_bundle.oracle(TEACHER_FILE)},
+            oracle={
+                SUITE_FILE: sealed_bundle.oracle(SUITE_FILE),
+                TEACHER_FILE: sealed_bundle.oracle(TEACHER_FILE),
+            },
             evidence=evidence_files(run_dir, len(record.starts)),
         )
         sealed = seal(content, signing_key, runs)

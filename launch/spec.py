@@ -2,11 +2,13 @@
 
 The manifest owns the launch; this module only expands its placeholders for one profile on
 this host. The environment is whole, never inherited: the venv's `bin` and the system's on
-PATH, a private HOME and TMPDIR under the run directory, then the manifest's variables.
+PATH, a private HOME under the run directory and a private short TMPDIR, then the manifest's
+variables.
 """
 
 from __future__ import annotations
 
+import tempfile
 from collections.abc import Mapping
 from pathlib import Path
 
@@ -30,9 +32,12 @@ def server_spec(
         **{f"model.{role}": str(path) for role, path in (models or {}).items()},
         "port": str(port or launch.port),
     }
-    home, tmp = workdir / "home", workdir / "tmp"
-    home.mkdir(parents=True, exist_ok=True)
-    tmp.mkdir(parents=True, exist_ok=True)
+    home, cwd = workdir / "home", workdir / "cwd"
+    for directory in (home, cwd):
+        directory.mkdir(parents=True, exist_ok=True)
+    # vLLM binds ZeroMQ IPC sockets under TMPDIR and a socket path holds at most 107 bytes, so
+    # the private TMPDIR is a short one of its own, never a deep run directory.
+    tmp = Path(tempfile.mkdtemp(prefix="repro-run-", dir="/tmp"))
     env = {
         "PATH": f"{values['venv']}/bin:/usr/bin:/bin",
         "HOME": str(home),
@@ -44,6 +49,9 @@ def server_spec(
         env=env,
         port=int(values["port"]),
         log_path=workdir / "server.log",
+        # A fresh directory: vLLM's children inherit an LD_LIBRARY_PATH ending in ':' (cv2 sets
+        # it), so the loader searches their working directory; it must hold nothing.
+        cwd=workdir / "cwd",
         readiness_path=launch.readiness.path,
         ready_timeout_s=launch.start_timeout_s,
         stop_timeout_s=launch.stop_timeout_s,

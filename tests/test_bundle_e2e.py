@@ -1,0 +1,287 @@
+"""`repro build`, `verify` and `launch` on the real tiny stack, and what each refuses.
+
+One bundle is built per module against a real vLLM CPU server (teacher profile, two fresh
+starts, every process audited). Then every class of change is made to a copy of it, to the
+host as this bundle sees it, or to the stack, and each is refused naming the claim or fact;
+the untouched bundle passes every time.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+from conftest import REPO_ROOT, SERVE_VENV, TINY_MANIFEST
+
+from builder import bundle, tinymodel
+from builder.build import BuildResult, build
+from builder.drift import DriftKind
+from builder.keys import SigningKey, TrustedKeys
+from builder.seal import BundleContent, seal
+from builder.verify import VerifyReport, verify
+from launch.replay import launch
+from launch.run import ForbiddenEnvironment
+
+pytestmark = pytest.mark.server
+
+KEY = SigningKey.from_path(REPO_ROOT / "keys" / "example.key")
+TRUSTED = TrustedKeys.from_key_file(REPO_ROOT / "keys" / "example.pub")
+MODEL_DIR = REPO_ROOT / "build" / "tiny-llama"
+
+
+@pytest.fixture(scope="module")
+def built(tmp_path_factory: pytest.TempPathFactory) -> BuildResult:
+    tinymodel.generate(MODEL_DIR)
+    root = tmp_path_factory.mktemp("built")
+    (root / "bundles").mkdir()
+    return build(TINY_MANIFEST, KEY, root / "bundles", root / "run")
+
+
+@pytest.fixture(scope="module")
+def bundle_path(built: BuildResult) -> Path:
+    return built.sealed.path
+
+
+def failed_claims(report: VerifyReport) -> list[str]:
+    return [check.claim for check in report.checks if not check.ok]
+
+
+def reseal(source: Path, parent: Path, edit: Callable[[Path], None]) -> Path:
+    """The bundle's content edited, then sealed again with the same key: the signature holds,
+    so only recomputing the claims can tell."""
+    staging = parent / "staging"
+    shutil.copytree(source, staging)
+    edit(staging)
+    content = BundleContent(
+        name=source.name,
+        manifest=staging / bundle.MANIFEST,
+        manifest_source=str(TINY_MANIFEST),
+        lock=json.loads((staging / bundle.LOCK).read_text()),
+        oracle={p.name: p for p in (staging / bundle.ORACLE_DIR).iterdir()},
+        evidence={p.name: p for p in (staging / bundle.EVIDENCE_DIR).iterdir()},
+    )
+    (parent / "out").mkdir()
+    return seal(content, KEY, parent / "out").path
+
+
+def edit_json(path: Path, change: Callable[[object], object]) -> None:
+    path.write_text(json.dumps(change(json.loads(path.read_text()))))
+
+
+# --- the untouched bundle ---------------------------------------------------------------------
+
+
+def test_the_built_bundle_verifies_offline_and_against_this_host(bundle_path: Path) -> None:
+    report = verify(bundle_path, TRUSTED, host=True)
+    assert failed_claims(report) == [] and report.findings == ()
+    claims = {check.claim: check for check in report.checks}
+    assert claims["oracle.rows (token ids, text sha256)"].value == "5/5 rows recomputed equal"
+    assert claims["fresh start 2 reproduces token ids"].ok
+    assert claims["native.roles (live audit of every process)"].value.startswith("4 roles")
+    assert {check.evidence.value for check in report.checks} == {"sealed", "live"}
+    sums = subprocess.run(
+        ["sha256sum", "-c", "--strict", "--quiet", bundle.SHA256SUMS],
+        cwd=bundle_path, capture_output=True, text=True, check=False,
+    )  # fmt: skip
+    assert sums.returncode == 0, sums.stdout + sums.stderr
+
+
+def test_an_untouched_bundle_passes_twenty_times_in_a_row(bundle_path: Path) -> None:
+    for _ in range(20):
+        assert verify(bundle_path, TRUSTED).ok
+
+
+# --- evidence changed and sealed again: each claim recomputed refuses ---------------------------
+
+
+def _one_token(rows: object) -> object:
+    assert isinstance(rows, list)
+    rows[2]["token_ids"][5] = (rows[2]["token_ids"][5] + 1) % 256
+    return rows
+
+
+def _drop_vllm_c(document: object) -> object:
+    assert isinstance(document, dict)
+    for process in document["processes"]:
+        process["objects"] = [
+            o for o in process["objects"] if not o["path"].endswith("/vllm/_C.abi3.so")
+        ]
+    return document
+
+
+def _slower(rows: object) -> object:
+    assert isinstance(rows, list)
+    for row in rows:
+        row["token_offsets_s"] = [t * 2 for t in row["token_offsets_s"]]
+    return rows
+
+
+def _failed_gate(verdicts: object) -> object:
+    assert isinstance(verdicts, list)
+    verdicts[0]["status"] = "fail"
+    return verdicts
+
+
+EVIDENCE_EDITS = {
+    "one token in one row": (
+        "evidence/start-1/rows.json", _one_token,
+        ["oracle.rows (token ids, text sha256)", "oracle/teacher.json = bench rows",
+         "fresh start 2 reproduces token ids"],
+    ),
+    "the teacher's token changed": (
+        "oracle/teacher.json",
+        lambda t: {**t, "rows": [{**t["rows"][0], "token_ids": [1]}, *t["rows"][1:]]},
+        ["oracle.teacher_sha256", "oracle/teacher.json = bench rows"],
+    ),
+    "a locked module no longer mapped": (
+        "evidence/start-1/audit/worker.json", _drop_vllm_c,
+        ["native.roles (live audit of every process)"],
+    ),
+    "a slower run's offsets": (
+        "evidence/start-1/rows.json", _slower, ["oracle.throughput.conventional_median"],
+    ),
+    "a failed gate": ("evidence/verdicts.json", _failed_gate, ["teacher run gates"]),
+    "the second start's tokens": (
+        "evidence/start-2/rows.json", _one_token, ["fresh start 2 reproduces token ids"],
+    ),
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("case", EVIDENCE_EDITS, ids=list(EVIDENCE_EDITS))
+def test_evidence_changed_and_resealed_fails_the_claim_it_backs(
+    bundle_path: Path, tmp_path: Path, case: str
+) -> None:
+    relative, change, claims = EVIDENCE_EDITS[case]
+    copy = reseal(bundle_path, tmp_path, lambda root: edit_json(root / relative, change))
+    report = verify(copy, TRUSTED)
+    assert report.findings == (), "the signature and every digest hold"
+    assert failed_claims(report) == claims
+
+
+def test_the_model_revision_changed_in_the_manifest_is_refused(
+    bundle_path: Path, tmp_path: Path
+) -> None:
+    def other_revision(root: Path) -> None:
+        text = (root / bundle.MANIFEST).read_text()
+        revision = tinymodel.revision()
+        (root / bundle.MANIFEST).write_text(text.replace(revision, "0" * 40))
+
+    report = verify(reseal(bundle_path, tmp_path, other_revision), TRUSTED)
+    assert failed_claims(report) == ["bundle.manifest_sha256"]
+
+
+def test_a_package_version_changed_in_the_lock_is_refused_offline_and_on_the_host(
+    bundle_path: Path, tmp_path: Path
+) -> None:
+    def other_torch(root: Path) -> None:
+        lock = json.loads((root / bundle.LOCK).read_text())
+        lock["python"]["packages"]["torch"] = "2.12.0+cpu"
+        (root / bundle.LOCK).write_text(json.dumps(lock))
+
+    report = verify(reseal(bundle_path, tmp_path, other_torch), TRUSTED, host=True)
+    assert failed_claims(report) == ["python.packages"]
+    drifts = [(d.kind, d.subject, d.expected, d.observed) for d in report.findings]
+    assert drifts == [(DriftKind.CLAIM, "package torch", "2.12.0+cpu", "2.13.0+cpu")]
+
+
+# --- this host changed: verify --host refuses -------------------------------------------------
+
+
+@pytest.fixture
+def anchored_copy(tmp_path: Path) -> Iterator[Path]:
+    """A second place this bundle's manifest resolves on: the same venv, a copy of the model."""
+    (tmp_path / "manifests").mkdir()
+    (tmp_path / ".venv-serve").symlink_to(SERVE_VENV)
+    shutil.copytree(MODEL_DIR, tmp_path / "build" / "tiny-llama")
+    yield tmp_path / "manifests"
+
+
+def test_the_same_bytes_under_another_root_verify(bundle_path: Path, anchored_copy: Path) -> None:
+    report = verify(bundle_path, TRUSTED, host=True, anchor=anchored_copy)
+    assert report.ok, [d.subject for d in report.findings]
+
+
+def test_a_model_file_swapped_for_another_of_the_same_size_is_refused(
+    bundle_path: Path, anchored_copy: Path
+) -> None:
+    weights = anchored_copy.parent / "build" / "tiny-llama" / "model.safetensors"
+    data = bytearray(weights.read_bytes())
+    data[-1] ^= 0xFF
+    weights.write_bytes(bytes(data))
+    report = verify(bundle_path, TRUSTED, host=True, anchor=anchored_copy)
+    subjects = {d.subject for d in report.findings}
+    assert any(s.endswith("model.safetensors") for s in subjects), subjects
+    assert "model target: model.safetensors" in subjects
+
+
+def test_an_installed_file_of_a_package_modified_is_refused(bundle_path: Path) -> None:
+    installed = (
+        SERVE_VENV / "lib" / "python3.11" / "site-packages" / "vllm" / "assets" / "__init__.py"
+    )
+    original = installed.read_bytes()
+    try:
+        installed.write_bytes(original + b"# changed\n")
+        report = verify(bundle_path, TRUSTED, host=True)
+    finally:
+        installed.write_bytes(original)
+    (drift,) = report.findings
+    assert drift.kind == DriftKind.INSTALLED_FILE
+    assert "vllm/assets/__init__.py" in drift.subject
+
+
+def test_a_library_earlier_on_ld_library_path_shadowing_a_locked_one_is_refused(
+    bundle_path: Path,
+) -> None:
+    # vLLM's children start with LD_LIBRARY_PATH={site}/cv2/../../lib64: (opencv sets it), so a
+    # libnuma.so.1 dropped there is found before the system's when the Worker loads vllm/_C.
+    shadow_dir = SERVE_VENV / "lib" / "python3.11" / "lib64"
+    assert not shadow_dir.exists()
+    shadow_dir.mkdir()
+    try:
+        shutil.copyfile("/lib/x86_64-linux-gnu/libnuma.so.1", shadow_dir / "libnuma.so.1")
+        report = verify(bundle_path, TRUSTED, host=True)
+    finally:
+        shutil.rmtree(shadow_dir)
+    # Only the Worker maps vllm/_C with that search path; the API server has none, and
+    # EngineCore does not load vllm/_C at all.
+    assert [(d.kind, d.subject) for d in report.findings] == [
+        (DriftKind.ORIGIN_DRIFT, "worker: libnuma.so.1")
+    ]
+    drift = report.findings[0]
+    assert drift.expected == "/usr/lib/x86_64-linux-gnu/libnuma.so.1.0.0"
+    assert drift.observed.startswith(f"{SERVE_VENV}/lib/python3.11/site-packages/cv2/../../lib64/")
+    assert drift.observed.endswith("libnuma.so.1 (LD_LIBRARY_PATH)")
+
+
+def test_ld_preload_in_the_callers_environment_refuses_the_launch_before_a_start(
+    bundle_path: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("LD_PRELOAD", "/usr/lib/x86_64-linux-gnu/libz.so.1")
+    with pytest.raises(ForbiddenEnvironment) as refused:
+        launch(bundle_path, TRUSTED, runs=tmp_path, signing_key=None)
+    assert "LD_PRELOAD=/usr/lib/x86_64-linux-gnu/libz.so.1" in refused.value.diagnostics()
+    assert not list(tmp_path.glob("*/start-1/server.log"))
+
+
+# --- the replay ------------------------------------------------------------------------------
+
+
+def test_a_launch_replays_the_bundle_and_seals_a_run_that_verifies(
+    bundle_path: Path, tmp_path: Path
+) -> None:
+    replay = launch(bundle_path, TRUSTED, runs=tmp_path, signing_key=KEY)
+    assert replay.run.passed, [v.summary for v in replay.run.verdicts if not v.passed]
+    assert replay.run.plan.profile == "candidate"
+    assert replay.sealed is not None
+    report = verify(replay.sealed.path, TRUSTED)
+    assert report.ok, failed_claims(report)
+    lock = json.loads((replay.sealed.path / bundle.LOCK).read_text())
+    assert lock["launch"]["profile"] == "candidate"
+    teacher = json.loads((bundle_path / bundle.LOCK).read_text())["oracle"]["rows"]
+    assert [r["token_ids_sha256"] for r in lock["oracle"]["rows"]] == [
+        r["token_ids_sha256"] for r in teacher
+    ]
