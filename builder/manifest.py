@@ -634,6 +634,29 @@ class Suite(_Frozen):
         return _validate(cls, text, source, "oracle suite")
 
 
+# --- [evidence] ----------------------------------------------------------------------------------
+
+
+class Evidence(_Frozen):
+    """A record produced elsewhere, imported and sealed as it is. Paths are relative to the
+    manifest. `repro build` recomputes what it can from these files (evidence class `sealed`)
+    and carries what they only assert as `declared`; nothing of such a bundle is `live`."""
+
+    run: NonEmpty
+    """The record's run directory: bench rows, server log, metrics before and after the suite,
+    identity, cleanup status and idle snapshots."""
+    teacher_tokens: NonEmpty
+    """The teacher's token ids per prompt (JSON with `rows[].token_ids`)."""
+    teacher_texts: NonEmpty
+    """The teacher's output text sha256 per prompt (JSON with `rows[].sha256`)."""
+    identity: NonEmpty | None = None
+    """The producer's own declaration of its stack (their runtime lock): declared, not checked."""
+    model_files: NonEmpty | None = None
+    """The release files of the models, in `sha256sum` format."""
+    files: tuple[NonEmpty, ...] = ()
+    """Further files sealed verbatim beside the evidence (e.g. an observed pip freeze)."""
+
+
 # --- the manifest ---------------------------------------------------------------------------------
 
 
@@ -651,6 +674,8 @@ class Manifest(_Frozen):
     native: Native = Native()
     launch: Launch
     oracle: Oracle
+    evidence: Evidence | None = None
+    """Set for a record sealed from someone else's evidence instead of a live run."""
 
     _source: str = PrivateAttr(default="<manifest>")
     _base_dir: Path = PrivateAttr(default=Path())
@@ -711,9 +736,17 @@ class Manifest(_Frozen):
             *self._unknown_placeholders(),
             *self._forbidden_launch_env(),
             *self._unknown_teacher(),
+            *self._evidence_class(),
         ]
         _raise_all("Manifest", violations)
         return self
+
+    def _evidence_class(self) -> list[InitErrorDetails]:
+        """Imported evidence is never `live`: repro observed none of it."""
+        if self.evidence is None or self.bundle.evidence != "live":
+            return []
+        expected = "sealed or declared: [evidence] imports a record repro did not observe"
+        return [_violation(("bundle", "evidence"), "evidence class", expected, "'live'")]
 
     def _target_missing(self) -> list[InitErrorDetails]:
         if self.model("target") is not None:
