@@ -14,12 +14,15 @@ from pathlib import Path
 
 from builder import bundle
 from builder.build import (
+    OBSERVATIONS_FILE,
     SUITE_FILE,
     TEACHER_FILE,
     assemble_lock,
     evidence_files,
+    observations_document,
     teacher_from_bytes,
 )
+from builder.canonical import canonical_json
 from builder.errors import ReproError
 from builder.hashing import sha256_file
 from builder.keys import SigningKey, TrustedKeys
@@ -73,6 +76,8 @@ def launch(
     sealed = None
     if signing_key is not None and preflight.observations is not None and record.starts:
         teacher_path = sealed_bundle.oracle(TEACHER_FILE)
+        document = observations_document(preflight.observations)
+        (run_dir / OBSERVATIONS_FILE).write_bytes(canonical_json(document))
         lock = assemble_lock(
             manifest,
             sealed_bundle.lock.bundle.manifest_path,
