@@ -15,11 +15,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from builder import imported
 from builder.audit import module_file_stems
 from builder.canonical import canonical_json
+from builder.claims import environments_claim, oracle_claim, roles_claim
 from builder.drift import Drift, DriftKind
 from builder.errors import ReproError
-from builder.hashing import sha256_bytes, sha256_file
+from builder.hashing import sha256_file
 from builder.kernels import KernelSet
 from builder.keys import SigningKey
 from builder.lock import (
@@ -28,24 +30,19 @@ from builder.lock import (
     HostClaim,
     LaunchClaim,
     Lock,
-    MappedObject,
     ModelClaim,
     NativeClaim,
-    OracleClaim,
-    OracleRowClaim,
     PythonClaim,
     SourceClaim,
-    ThroughputClaim,
 )
 from builder.manifest import Manifest, Suite
 from builder.observations import Observations, drifts, observe
 from builder.observe.python import placeholder_path
 from builder.seal import BundleContent, SealedBundle, check_destination, seal
 from builder.statement import repro_version
-from launch.evidence import OracleRow, Teacher
+from launch.evidence import Teacher
 from launch.run import RunPlan, RunRecord, capture_teacher, run_profile
 from launch.runrecord import AUDIT_DIR, ROWS_FILE, RUN_FILE, SUMMARY_FILE, VERDICTS_FILE
-from launch.throughput import measure
 
 OBSERVATIONS_FILE = "observations.json"
 SUITE_FILE = "suite.json"
@@ -61,7 +58,6 @@ START_EVIDENCE = (
 )
 
 Progress = Callable[[str], None]
-LOADER_PATH_VARIABLES = ("LD_LIBRARY_PATH", "LD_PRELOAD")
 
 
 class BuildRefused(ReproError):
@@ -76,7 +72,8 @@ class BuildRefused(ReproError):
 class BuildResult:
     sealed: SealedBundle
     lock: Lock
-    run: RunRecord
+    run: RunRecord | None
+    """The teacher run; None for a bundle sealed from imported evidence."""
 
 
 def build(
@@ -94,6 +91,8 @@ def build(
     for name in manifest.native.kernel_sets:
         KernelSet.load(name)
     check_destination(parent / manifest.bundle.name, force=force)
+    if manifest.evidence is not None:
+        return _build_imported(manifest, manifest_path, key, parent, run_dir, force=force, say=say)
     say("observing every pinned fact")
     observed = observe(manifest)
     found = drifts(manifest, observed)
@@ -132,6 +131,30 @@ def build(
     )
     sealed = seal(content, key, parent, force=force, progress=None)
     return BuildResult(sealed, lock, record)
+
+
+def _build_imported(
+    manifest: Manifest,
+    manifest_path: Path,
+    key: SigningKey,
+    parent: Path,
+    workdir: Path,
+    *,
+    force: bool,
+    say: Progress,
+) -> BuildResult:
+    """A record produced elsewhere: it must pass the manifest's gates on its own evidence."""
+    say("recomputing the imported record from its evidence")
+    files, record, verdicts = imported.judge_record(manifest)
+    failed = [v for v in verdicts if not v.passed]
+    if failed:
+        refusals = [_verdict_drift(v.gate, v.summary) for v in failed]
+        raise BuildRefused("the record fails its own gates", refusals, where=str(manifest_path))
+    say("sealing")
+    sealed, lock = imported.seal_record(
+        manifest, manifest_path, files, record, key=key, parent=parent, workdir=workdir, force=force
+    )
+    return BuildResult(sealed, lock, None)
 
 
 def evidence_files(run_dir: Path, starts: int) -> dict[str, Path]:
@@ -216,93 +239,6 @@ def assemble_lock(
         ),
         oracle=oracle_claim(manifest, suite, record.rows, suite_sha256, teacher_sha256),
     )
-
-
-def oracle_claim(
-    manifest: Manifest,
-    suite: Suite,
-    rows: Sequence[OracleRow],
-    suite_sha256: str,
-    teacher_sha256: str,
-) -> OracleClaim:
-    """What `repro verify` recomputes from the sealed rows: the same function builds it."""
-    gate = manifest.oracle.gates.throughput
-    throughput = None
-    if gate is not None and rows and all(len(r.token_ids) >= gate.tokens for r in rows):
-        measured = measure(rows, gate.tokens)
-        historical = measured.historical_median if gate.record_historical else None
-        throughput = ThroughputClaim(
-            tokens=gate.tokens,
-            conventional_median=measured.conventional_median,
-            historical_median=historical,
-        )
-    return OracleClaim(
-        evidence=EvidenceClass.SEALED,
-        suite=suite.name,
-        suite_sha256=suite_sha256,
-        teacher_sha256=teacher_sha256,
-        rows=tuple(row_claim(row) for row in rows),
-        throughput=throughput,
-    )
-
-
-def row_claim(row: OracleRow) -> OracleRowClaim:
-    return OracleRowClaim(
-        prompt_id=row.prompt_id,
-        prompt_index=row.prompt_index,
-        token_ids_sha256=sha256_bytes(canonical_json(list(row.token_ids))),
-        text_sha256=row.text_sha256,
-        completion_tokens=row.completion_tokens,
-    )
-
-
-def roles_claim(
-    processes: Sequence[Any], values: Mapping[str, str]
-) -> dict[str, tuple[MappedObject, ...]]:
-    """Every ELF each role's processes mapped, in placeholder form, one entry per path.
-
-    `processes` are the live audit's (`ProcessAudit`) or their sealed JSON, read alike."""
-    roles: dict[str, dict[str, MappedObject]] = {}
-    for process in processes:
-        for obj in process.objects:
-            path = placeholder_path(obj.path, values)
-            requester = placeholder_path(obj.requester, values) if obj.requester else None
-            entry = MappedObject(
-                path=path, sha256=obj.sha256, rule=obj.rule, reason=obj.reason,
-                requester=requester,
-            )  # fmt: skip
-            roles.setdefault(process.role, {}).setdefault(path, entry)
-    return {role: tuple(entries[p] for p in sorted(entries)) for role, entries in roles.items()}
-
-
-def environments_claim(
-    processes: Sequence[Any], values: Mapping[str, str]
-) -> dict[str, dict[str, str]]:
-    """The loader's variables each role started with, path elements in placeholder form."""
-    environments: dict[str, dict[str, str]] = {}
-    for process in processes:
-        loader_env = {
-            name: ":".join(_raw_placeholder(element, values) for element in value.split(":"))
-            for name, value in sorted(process.environ.items())
-            if name in LOADER_PATH_VARIABLES
-        }
-        environments.setdefault(process.role, loader_env)
-    return environments
-
-
-def _raw_placeholder(element: str, values: Mapping[str, str]) -> str:
-    """A search-path element with its longest placeholder prefix replaced, and nothing else
-    touched: `..` in it is the kernel's to resolve, physically, so it stays as written."""
-    matches = [
-        (len(value), name)
-        for name, value in values.items()
-        if element == value or element.startswith(value.rstrip("/") + "/")
-    ]
-    escaped = element.replace("{", "{{").replace("}", "}}")
-    if not matches:
-        return escaped
-    _, name = max(matches)
-    return "{" + name + "}" + escaped[len(values[name]) :]
 
 
 def teacher_from_bytes(data: bytes) -> Teacher:

@@ -126,6 +126,32 @@ class OracleClaim(_Claim):
     throughput: ThroughputClaim | None = None
 
 
+class RecordClaim(_Claim):
+    """What an imported record's own files prove, recomputed by repro: exactness against its
+    teacher, cold prompts, log markers per rank, speculative-decoding counters, cleanup and
+    idle snapshots, and the verdict of each of the manifest's gates over them."""
+
+    suite: str
+    rows: int
+    exact_token_ids: int
+    exact_text_sha256: int
+    cached_tokens: tuple[int | None, ...]
+    markers: dict[str, dict[str, int]]
+    """Marker name → rank label (or the marker's name, counted over the whole log) → lines."""
+    spec_decode_drafts: float | None
+    spec_decode_draft_tokens: float | None
+    spec_decode_accepted: float | None
+    spec_decode_accepted_per_position: tuple[float, ...]
+    prefix_cache_hits: float | None
+    generation_tokens: float | None
+    cleanup: dict[str, int]
+    idle_prestart: int
+    idle_poststop: int
+    idle_all_passed: bool
+    verdicts: dict[str, str]
+    """Gate → pass, fail or n/a."""
+
+
 class Lock(_Frozen):
     schema_: Literal["repro.lock/v1"] = Field(default=LOCK_SCHEMA, alias="schema")
     bundle: BundleClaim
@@ -136,6 +162,8 @@ class Lock(_Frozen):
     native: NativeClaim
     launch: LaunchClaim
     oracle: OracleClaim
+    record: RecordClaim | None = None
+    """Set for a bundle sealed from imported evidence (`[evidence]`)."""
 
     model_config = ConfigDict(frozen=True, extra="forbid", populate_by_name=True)
 

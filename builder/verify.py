@@ -19,16 +19,9 @@ from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
-from builder import bundle
-from builder.build import (
-    OBSERVATIONS_FILE,
-    SUITE_FILE,
-    TEACHER_FILE,
-    environments_claim,
-    oracle_claim,
-    roles_claim,
-    teacher_from_bytes,
-)
+from builder import bundle, imported
+from builder.build import OBSERVATIONS_FILE, SUITE_FILE, TEACHER_FILE, teacher_from_bytes
+from builder.claims import ClaimCheck, environments_claim, oracle_claim, roles_claim
 from builder.drift import Drift, DriftKind
 from builder.errors import BadInput, ReproError
 from builder.hashing import sha256_bytes, sha256_file
@@ -41,17 +34,6 @@ from builder.manifest import Manifest, Suite, expand
 from builder.observations import Observations, drifts, observe
 from launch.evidence import OracleRow
 from launch.runrecord import AUDIT_DIR, DRIFTS_FILE, ROWS_FILE, VERDICTS_FILE
-
-
-@dataclass(frozen=True)
-class ClaimCheck:
-    """One claim of the lock, recomputed: what it says and whether the evidence agrees."""
-
-    claim: str
-    evidence: EvidenceClass
-    value: str
-    ok: bool
-    detail: str = ""
 
 
 @dataclass(frozen=True)
@@ -122,6 +104,9 @@ class SealedBundle:
 def recompute(sealed: SealedBundle) -> tuple[ClaimCheck, ...]:
     checks: list[ClaimCheck] = [_manifest_check(sealed)]
     try:
+        if sealed.lock.record is not None:
+            checks.extend(imported.recompute(sealed.path, sealed.manifest, sealed.lock))
+            return tuple(checks)
         rows = _rows(sealed, 1)
         checks.extend(_oracle_checks(sealed, rows))
         checks.extend(_fresh_start_checks(sealed, rows))

@@ -1,0 +1,123 @@
+"""Claims computed from evidence: the one place both `repro build` and `repro verify` derive
+the oracle rows, the throughput and the native mappings of a lock, so a verifier recomputes
+exactly what a builder sealed."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from builder.canonical import canonical_json
+from builder.hashing import sha256_bytes
+from builder.lock import (
+    EvidenceClass,
+    MappedObject,
+    OracleClaim,
+    OracleRowClaim,
+    ThroughputClaim,
+)
+from builder.manifest import Manifest, Suite
+from builder.observe.python import placeholder_path
+from launch.evidence import OracleRow
+from launch.throughput import measure
+
+LOADER_PATH_VARIABLES = ("LD_LIBRARY_PATH", "LD_PRELOAD")
+
+
+@dataclass(frozen=True)
+class ClaimCheck:
+    """One claim of the lock, recomputed: what it says and whether the evidence agrees."""
+
+    claim: str
+    evidence: EvidenceClass
+    value: str
+    ok: bool
+    detail: str = ""
+
+
+def oracle_claim(
+    manifest: Manifest,
+    suite: Suite,
+    rows: Sequence[OracleRow],
+    suite_sha256: str,
+    teacher_sha256: str,
+) -> OracleClaim:
+    """What `repro verify` recomputes from the sealed rows: the same function builds it."""
+    gate = manifest.oracle.gates.throughput
+    throughput = None
+    if gate is not None and rows and all(len(r.token_ids) >= gate.tokens for r in rows):
+        measured = measure(rows, gate.tokens)
+        historical = measured.historical_median if gate.record_historical else None
+        throughput = ThroughputClaim(
+            tokens=gate.tokens,
+            conventional_median=measured.conventional_median,
+            historical_median=historical,
+        )
+    return OracleClaim(
+        evidence=EvidenceClass.SEALED,
+        suite=suite.name,
+        suite_sha256=suite_sha256,
+        teacher_sha256=teacher_sha256,
+        rows=tuple(row_claim(row) for row in rows),
+        throughput=throughput,
+    )
+
+
+def row_claim(row: OracleRow) -> OracleRowClaim:
+    return OracleRowClaim(
+        prompt_id=row.prompt_id,
+        prompt_index=row.prompt_index,
+        token_ids_sha256=sha256_bytes(canonical_json(list(row.token_ids))),
+        text_sha256=row.text_sha256,
+        completion_tokens=row.completion_tokens,
+    )
+
+
+def roles_claim(
+    processes: Sequence[Any], values: Mapping[str, str]
+) -> dict[str, tuple[MappedObject, ...]]:
+    """Every ELF each role's processes mapped, in placeholder form, one entry per path.
+
+    `processes` are the live audit's (`ProcessAudit`) or their sealed JSON, read alike."""
+    roles: dict[str, dict[str, MappedObject]] = {}
+    for process in processes:
+        for obj in process.objects:
+            path = placeholder_path(obj.path, values)
+            requester = placeholder_path(obj.requester, values) if obj.requester else None
+            entry = MappedObject(
+                path=path, sha256=obj.sha256, rule=obj.rule, reason=obj.reason,
+                requester=requester,
+            )  # fmt: skip
+            roles.setdefault(process.role, {}).setdefault(path, entry)
+    return {role: tuple(entries[p] for p in sorted(entries)) for role, entries in roles.items()}
+
+
+def environments_claim(
+    processes: Sequence[Any], values: Mapping[str, str]
+) -> dict[str, dict[str, str]]:
+    """The loader's variables each role started with, path elements in placeholder form."""
+    environments: dict[str, dict[str, str]] = {}
+    for process in processes:
+        loader_env = {
+            name: ":".join(_raw_placeholder(element, values) for element in value.split(":"))
+            for name, value in sorted(process.environ.items())
+            if name in LOADER_PATH_VARIABLES
+        }
+        environments.setdefault(process.role, loader_env)
+    return environments
+
+
+def _raw_placeholder(element: str, values: Mapping[str, str]) -> str:
+    """A search-path element with its longest placeholder prefix replaced, and nothing else
+    touched: `..` in it is the kernel's to resolve, physically, so it stays as written."""
+    matches = [
+        (len(value), name)
+        for name, value in values.items()
+        if element == value or element.startswith(value.rstrip("/") + "/")
+    ]
+    escaped = element.replace("{", "{{").replace("}", "}}")
+    if not matches:
+        return escaped
+    _, name = max(matches)
+    return "{" + name + "}" + escaped[len(values[name]) :]

@@ -1,0 +1,546 @@
+"""Sealed-evidence bundles: a record produced elsewhere, imported, recomputed and sealed.
+
+A manifest with `[evidence]` names someone else's run directory, teacher files, declared
+identity and release-file list. `repro build` loads them (`launch.records`), judges the record
+by the manifest's own gates, and seals the files verbatim with a lock in which every claim it
+recomputes from them is `sealed` and every claim it can only repeat is `declared`; nothing is
+`live`. `repro verify` recomputes the sealed claims from the sealed copies with the same code.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from builder import bundle
+from builder.canonical import canonical_json
+from builder.claims import ClaimCheck, oracle_claim
+from builder.errors import BadInput
+from builder.hashing import sha256_bytes, sha256_file
+from builder.keys import SigningKey
+from builder.lock import (
+    BundleClaim,
+    EvidenceClass,
+    HostClaim,
+    LaunchClaim,
+    Lock,
+    ModelClaim,
+    NativeClaim,
+    PythonClaim,
+    RecordClaim,
+    SourceClaim,
+)
+from builder.manifest import Evidence, Manifest, Suite
+from builder.seal import BundleContent, SealedBundle, seal
+from builder.statement import repro_version
+from launch import gates
+from launch.evidence import Teacher, Verdict
+from launch.records import (
+    Record,
+    load_bench,
+    load_cleanup_status,
+    load_idle_snapshots,
+    load_metrics_delta,
+    load_teacher,
+    read_log,
+)
+from launch.throughput import measure
+
+RUN = "run"
+TEACHER_TOKENS = "teacher-tokens.json"
+TEACHER_TEXTS = "teacher-texts.json"
+IDENTITY = "identity.json"
+MODEL_FILES = "model-files.sha256"
+FILES = "files"
+BENCH = "bench.json"
+SERVER_LOG = "server.log"
+METRICS_BEFORE = "metrics-before-suite.prom"
+METRICS_AFTER = "metrics-after-suite.prom"
+CLEANUP = "cleanup-status.txt"
+IDLE = "idle-interval"
+_FREEZE_LINE = re.compile(r"^(?P<name>[A-Za-z0-9_.\-]+)==(?P<version>\S+)$")
+
+
+@dataclass(frozen=True)
+class ImportedFiles:
+    """Where an imported record's files are: as the manifest names them, or sealed."""
+
+    run: Path
+    teacher_tokens: Path
+    teacher_texts: Path
+    identity: Path | None
+    model_files: Path | None
+    files: tuple[Path, ...]
+
+    @classmethod
+    def of_manifest(cls, manifest: Manifest, evidence: Evidence) -> ImportedFiles:
+        def at(path: str | None) -> Path | None:
+            return None if path is None else manifest.resolve(path)
+
+        return cls(
+            run=manifest.resolve(evidence.run),
+            teacher_tokens=manifest.resolve(evidence.teacher_tokens),
+            teacher_texts=manifest.resolve(evidence.teacher_texts),
+            identity=at(evidence.identity),
+            model_files=at(evidence.model_files),
+            files=tuple(manifest.resolve(p) for p in evidence.files),
+        )
+
+    @classmethod
+    def in_bundle(cls, path: Path, evidence: Evidence) -> ImportedFiles:
+        root = path / bundle.EVIDENCE_DIR
+        return cls(
+            run=root / RUN,
+            teacher_tokens=root / TEACHER_TOKENS,
+            teacher_texts=root / TEACHER_TEXTS,
+            identity=root / IDENTITY if evidence.identity else None,
+            model_files=root / MODEL_FILES if evidence.model_files else None,
+            files=tuple(root / FILES / Path(p).name for p in evidence.files),
+        )
+
+    def sealed_names(self) -> dict[str, Path]:
+        """The evidence/ names these files are sealed under."""
+        names: dict[str, Path] = {
+            RUN: self.run,
+            TEACHER_TOKENS: self.teacher_tokens,
+            TEACHER_TEXTS: self.teacher_texts,
+        }
+        if self.identity is not None:
+            names[IDENTITY] = self.identity
+        if self.model_files is not None:
+            names[MODEL_FILES] = self.model_files
+        for path in self.files:
+            names[f"{FILES}/{path.name}"] = path
+        return names
+
+
+def load_record(files: ImportedFiles) -> Record:
+    bench = load_bench(files.run / BENCH)
+    return Record(
+        bench=bench,
+        teacher=load_teacher(files.teacher_tokens, files.teacher_texts, bench.suite),
+        metrics=load_metrics_delta(files.run / METRICS_BEFORE, files.run / METRICS_AFTER),
+        server_log=read_log(files.run / SERVER_LOG),
+        cleanup_status=load_cleanup_status(files.run / CLEANUP),
+        idle=load_idle_snapshots(files.run / IDLE),
+    )
+
+
+def conventional_rate(manifest: Manifest, record: Record) -> float | None:
+    gate = manifest.oracle.gates.throughput
+    return None if gate is None else measure(record.bench.rows, gate.tokens).conventional_median
+
+
+def record_claim(manifest: Manifest, record: Record) -> RecordClaim:
+    """Every number the record's files let repro recompute, and its gates' verdicts."""
+    evidence = record.run_evidence(sealed_tok_s=conventional_rate(manifest, record))
+    lines = gates.log_lines(record.server_log)
+    metrics = record.metrics
+    verdicts = gates.judge(manifest.oracle.gates, evidence)
+    rows = record.bench.rows
+    teacher = {row.prompt_id: row for row in record.teacher.rows}
+    return RecordClaim(
+        evidence=EvidenceClass.SEALED,
+        suite=record.bench.suite,
+        rows=len(rows),
+        exact_token_ids=sum(
+            r.prompt_id in teacher and teacher[r.prompt_id].token_ids == r.token_ids for r in rows
+        ),
+        exact_text_sha256=sum(
+            r.prompt_id in teacher and teacher[r.prompt_id].text_sha256 == r.text_sha256
+            for r in rows
+        ),
+        cached_tokens=tuple(r.cached_tokens for r in rows),
+        markers={
+            marker.name: dict(sorted(gates.marker_counts(marker, lines).items()))
+            for marker in manifest.oracle.gates.log_markers
+        },
+        spec_decode_drafts=metrics.spec_decode_drafts,
+        spec_decode_draft_tokens=metrics.spec_decode_draft_tokens,
+        spec_decode_accepted=metrics.spec_decode_accepted,
+        spec_decode_accepted_per_position=metrics.spec_decode_accepted_per_position,
+        prefix_cache_hits=metrics.prefix_cache_hits,
+        generation_tokens=metrics.generation_tokens,
+        cleanup=dict(sorted(record.cleanup_status.items())),
+        idle_prestart=len(record.idle.prestart),
+        idle_poststop=len(record.idle.poststop),
+        idle_all_passed=all(
+            s.status == "passed" for s in (*record.idle.prestart, *record.idle.poststop)
+        ),
+        verdicts={v.gate: v.status.value for v in verdicts},
+    )
+
+
+def teacher_document(record: Record, manifest: Manifest) -> bytes:
+    """The record's teacher in repro's own format, with the rate a throughput floor scales."""
+    teacher: Teacher = record.teacher.model_copy(
+        update={"conventional_tok_s": conventional_rate(manifest, record)}
+    )
+    return canonical_json(teacher.model_dump(mode="json"))
+
+
+def assemble_lock(
+    manifest: Manifest,
+    manifest_source: str,
+    files: ImportedFiles,
+    record: Record,
+    *,
+    suite_sha256: str,
+    teacher_sha256: str,
+) -> Lock:
+    identity = _identity(files.identity)
+    toolchain: Mapping[str, Any] = identity.get("toolchain", {})
+    declared = EvidenceClass.DECLARED
+    teacher_profile = manifest.oracle.teacher
+    suite = manifest.load_suite()
+    oracle = oracle_claim(manifest, suite, record.bench.rows, suite_sha256, teacher_sha256)
+    return Lock(
+        bundle=BundleClaim(
+            name=manifest.bundle.name,
+            description=manifest.bundle.description,
+            manifest_sha256=sha256_file(Path(manifest_source)),
+            manifest_path=manifest_source,
+            repro_version=repro_version(),
+        ),
+        host=HostClaim(
+            evidence=declared,
+            facts=identity.get("host", {}),
+            enforced=manifest.host.model_dump(mode="json", exclude_defaults=True),
+        ),
+        models=tuple(
+            ModelClaim(
+                evidence=EvidenceClass.SEALED if files.model_files else declared,
+                role=model.role,
+                repo=model.repo,
+                revision=model.revision,
+                location="{model." + model.role + "}",
+                files=dict(model.files),
+            )
+            for model in manifest.models
+        ),
+        sources=tuple(
+            SourceClaim(
+                evidence=declared,
+                name=s.name,
+                location=s.path,
+                commit=s.commit,
+                clean=s.clean,
+                patches={p.path: p.sha256 for p in s.patches},
+            )
+            for s in manifest.sources
+        ),
+        python=PythonClaim(
+            evidence=declared,
+            interpreter=str(toolchain.get("python", manifest.python.interpreter)),
+            packages={name: p.pinned for name, p in manifest.python.packages.items()},
+        ),
+        native=NativeClaim(
+            evidence=declared,
+            kernel_sets=manifest.native.kernel_sets,
+            modules={
+                str(m["module"]): str(m.get("path", "")) for m in identity.get("native_modules", ())
+            },
+            roles={},
+        ),
+        launch=LaunchClaim(
+            evidence=declared,
+            profile=teacher_profile,
+            argv=manifest.launch.argv_for(teacher_profile),
+            env=manifest.launch.env_for(teacher_profile),
+        ),
+        oracle=oracle,
+        record=record_claim(manifest, record),
+    )
+
+
+def model_files_problems(manifest: Manifest, listing: str, where: str) -> list[str]:
+    """The manifest's release files against a `sha256sum` listing: same digests, same names
+    (a listing names each file under its model's directory)."""
+    listed: list[tuple[str, str]] = []
+    for number, line in enumerate(listing.splitlines(), start=1):
+        digest, _, name = line.partition("  ")
+        if len(digest) != 64 or not name:
+            raise BadInput(
+                "malformed release-file listing",
+                where=f"{where}, line {number}",
+                expected="<sha256>  <path>",
+                found=repr(line),
+            )
+        listed.append((digest, name))
+    pinned = sorted((d, n) for m in manifest.models for n, d in m.files.items())
+    problems = []
+    if sorted(d for d, _ in listed) != sorted(d for d, _ in pinned):
+        problems.append(f"{len(listed)} listed digests differ from the {len(pinned)} pinned")
+    for digest, name in pinned:
+        if not any(d == digest and (n == name or n.endswith("/" + name)) for d, n in listed):
+            problems.append(f"{name} ({digest[:12]}…) is not in the listing under that name")
+    return problems
+
+
+def pip_freeze(text: str) -> dict[str, str]:
+    return {
+        match["name"].lower().replace("_", "-"): match["version"]
+        for line in text.splitlines()
+        if (match := _FREEZE_LINE.match(line.strip()))
+    }
+
+
+def judge_record(manifest: Manifest) -> tuple[ImportedFiles, Record, tuple[Verdict, ...]]:
+    """Load the record the manifest imports and judge it by the manifest's own gates."""
+    assert manifest.evidence is not None, "only a manifest with [evidence] imports a record"
+    files = ImportedFiles.of_manifest(manifest, manifest.evidence)
+    record = load_record(files)
+    evidence = record.run_evidence(sealed_tok_s=conventional_rate(manifest, record))
+    return files, record, gates.judge(manifest.oracle.gates, evidence)
+
+
+def seal_record(
+    manifest: Manifest,
+    manifest_path: Path,
+    files: ImportedFiles,
+    record: Record,
+    *,
+    key: SigningKey,
+    parent: Path,
+    workdir: Path,
+    force: bool,
+) -> tuple[SealedBundle, Lock]:
+    """Seal the imported files verbatim with a lock of sealed and declared claims."""
+    if files.model_files is not None:
+        problems = model_files_problems(
+            manifest, files.model_files.read_text(), str(files.model_files)
+        )
+        if problems:
+            raise BadInput(
+                "the manifest's model files are not the record's release files",
+                where=str(files.model_files),
+                found="; ".join(problems),
+            )
+    workdir.mkdir(parents=True, exist_ok=True)
+    teacher_path = workdir / "teacher.json"
+    teacher_path.write_bytes(teacher_document(record, manifest))
+    suite_path = manifest.resolve(manifest.oracle.suite)
+    lock = assemble_lock(
+        manifest,
+        str(manifest_path),
+        files,
+        record,
+        suite_sha256=sha256_file(suite_path),
+        teacher_sha256=sha256_file(teacher_path),
+    )
+    content = BundleContent(
+        name=manifest.bundle.name,
+        manifest=manifest_path,
+        manifest_source=str(manifest_path),
+        lock=lock.model_dump(mode="json", by_alias=True),
+        oracle={"suite.json": suite_path, "teacher.json": teacher_path},
+        evidence=files.sealed_names(),
+    )
+    return seal(content, key, parent, force=force), lock
+
+
+def _identity(path: Path | None) -> Mapping[str, Any]:
+    if path is None:
+        return {}
+    document: Mapping[str, Any] = json.loads(path.read_text())
+    return document
+
+
+# --- recomputed by repro verify ---------------------------------------------------------------
+
+
+def recompute(path: Path, manifest: Manifest, lock: Lock) -> list[ClaimCheck]:
+    """Every sealed claim of an imported bundle recomputed from its sealed copies, each with
+    the value a person checks; the declared ones listed as such, unchecked."""
+    assert manifest.evidence is not None and lock.record is not None
+    files = ImportedFiles.in_bundle(path, manifest.evidence)
+    record = load_record(files)
+    sealed = EvidenceClass.SEALED
+    checks = [*_oracle_checks(path, manifest, lock, record)]
+    claim = record_claim(manifest, record)
+    checks.extend(_record_checks(claim, lock.record))
+    if files.model_files is not None:
+        problems = model_files_problems(manifest, files.model_files.read_text(), MODEL_FILES)
+        count = sum(len(m.files) for m in manifest.models)
+        checks.append(
+            ClaimCheck(
+                "models: release files = the record's listing",
+                sealed,
+                f"{count} files",
+                not problems,
+                "; ".join(problems),
+            )
+        )
+    checks.extend(_declared(lock))
+    return checks
+
+
+def _oracle_checks(path: Path, manifest: Manifest, lock: Lock, record: Record) -> list[ClaimCheck]:
+    teacher = teacher_document(record, manifest)
+    oracle = oracle_claim(
+        manifest,
+        Suite.from_path(path / bundle.ORACLE_DIR / "suite.json"),
+        record.bench.rows,
+        sha256_file(path / bundle.ORACLE_DIR / "suite.json"),
+        sha256_bytes(teacher),
+    )
+    sealed = EvidenceClass.SEALED
+    checks = [
+        ClaimCheck(
+            "oracle/teacher.json = the record's teacher files",
+            sealed,
+            f"{len(record.teacher.rows)} rows",
+            (path / bundle.ORACLE_DIR / "teacher.json").read_bytes() == teacher,
+        ),
+        ClaimCheck(
+            "oracle.rows = bench rows",
+            sealed,
+            f"{len(oracle.rows)} rows",
+            oracle.rows == lock.oracle.rows,
+        ),
+    ]
+    if oracle.throughput is not None and lock.oracle.throughput is not None:
+        for field, label in (
+            ("historical_median", "N/span, the historical mislabelled convention"),
+            ("conventional_median", "(N-1)/span, the conventional rate"),
+        ):
+            ours = getattr(oracle.throughput, field)
+            theirs = getattr(lock.oracle.throughput, field)
+            if theirs is None:
+                continue
+            same = ours is not None and abs(ours - theirs) <= 1e-12
+            checks.append(
+                ClaimCheck(
+                    f"throughput median {label}",
+                    sealed,
+                    f"{ours!r} tok/s",
+                    same,
+                    f"locked {theirs!r}",
+                )
+            )
+    return checks
+
+
+def _record_checks(claim: RecordClaim, locked: RecordClaim) -> list[ClaimCheck]:
+    sealed = EvidenceClass.SEALED
+    cached = [c for c in claim.cached_tokens if c == 0]
+    curve = ", ".join(f"{v:g}" for v in claim.spec_decode_accepted_per_position)
+    checks = [
+        ClaimCheck(
+            "token ids = teacher",
+            sealed,
+            f"{claim.exact_token_ids}/{claim.rows} rows",
+            claim.exact_token_ids == locked.exact_token_ids == claim.rows,
+        ),
+        ClaimCheck(
+            "text sha256 = teacher",
+            sealed,
+            f"{claim.exact_text_sha256}/{claim.rows} rows",
+            claim.exact_text_sha256 == locked.exact_text_sha256 == claim.rows,
+        ),
+        ClaimCheck(
+            "cached_tokens",
+            sealed,
+            f"0 on {len(cached)}/{claim.rows} rows",
+            claim.cached_tokens == locked.cached_tokens and len(cached) == claim.rows,
+        ),
+        ClaimCheck(
+            "prefix-cache hits during the suite",
+            sealed,
+            _number(claim.prefix_cache_hits),
+            claim.prefix_cache_hits == locked.prefix_cache_hits,
+        ),
+        ClaimCheck(
+            "speculative decoding accepted / draft tokens",
+            sealed,
+            f"{_number(claim.spec_decode_accepted)}/"
+            f"{_number(claim.spec_decode_draft_tokens)} over "
+            f"{_number(claim.spec_decode_drafts)} drafts",
+            (claim.spec_decode_accepted, claim.spec_decode_draft_tokens, claim.spec_decode_drafts)
+            == (
+                locked.spec_decode_accepted,
+                locked.spec_decode_draft_tokens,
+                locked.spec_decode_drafts,
+            ),
+        ),
+        ClaimCheck(
+            "accepted per position",
+            sealed,
+            curve,
+            claim.spec_decode_accepted_per_position == locked.spec_decode_accepted_per_position,
+        ),
+        ClaimCheck(
+            "generation tokens",
+            sealed,
+            _number(claim.generation_tokens),
+            claim.generation_tokens == locked.generation_tokens,
+        ),
+        ClaimCheck(
+            "cleanup status",
+            sealed,
+            ", ".join(f"{k}={v}" for k, v in claim.cleanup.items()),
+            claim.cleanup == locked.cleanup and not any(claim.cleanup.values()),
+        ),
+        ClaimCheck(
+            "idle snapshots",
+            sealed,
+            f"{claim.idle_prestart} before start, {claim.idle_poststop} after stop",
+            (claim.idle_prestart, claim.idle_poststop, claim.idle_all_passed)
+            == (locked.idle_prestart, locked.idle_poststop, True),
+        ),
+    ]
+    for name, counts in claim.markers.items():
+        shown = ", ".join(f"{rank}: {n}" for rank, n in counts.items()) or "no line"
+        checks.append(
+            ClaimCheck(f"log marker {name}", sealed, shown, counts == locked.markers.get(name))
+        )
+    for gate, status in claim.verdicts.items():
+        checks.append(
+            ClaimCheck(
+                f"gate {gate}",
+                sealed,
+                status,
+                status != "fail" and status == locked.verdicts.get(gate),
+            )
+        )
+    return checks
+
+
+def _declared(lock: Lock) -> list[ClaimCheck]:
+    """What the record only asserts: listed with its class, never presented as checked."""
+    declared = EvidenceClass.DECLARED
+    host = lock.host.facts
+    cards = f"{host.get('gpu_count', '?')} x {host.get('gpu_vendor_device', '?')}"
+    commits = ", ".join(f"{s.name}@{s.commit[:12]}" for s in lock.sources)
+    return [
+        ClaimCheck(
+            "host",
+            declared,
+            f"{host.get('os', '?')}, kernel {host.get('kernel', '?')}, {cards}",
+            True,
+            "as the producer recorded it; not checked",
+        ),
+        ClaimCheck("sources", declared, commits or "none", True, "not checked"),
+        ClaimCheck(
+            "python",
+            declared,
+            f"{lock.python.interpreter}, {len(lock.python.packages)} pinned packages",
+            True,
+            "not checked",
+        ),
+        ClaimCheck(
+            "native modules",
+            declared,
+            ", ".join(lock.native.modules) or "none",
+            True,
+            "not checked",
+        ),
+    ]
+
+
+def _number(value: float | None) -> str:
+    return "not reported" if value is None else f"{value:g}"
