@@ -229,7 +229,8 @@ def peers(bundle: Path, files: list[str], cores: int) -> list[Tool]:
             capture_output=True,
             text=True,
             check=False,
-            env={**os.environ, "PYTHONPATH": str(REPO_ROOT)},  # the builder beside this bench
+            cwd=REPO_ROOT,  # `python -m` imports from the working directory first
+            env=environment_with_this_checkout(),
         )
         if completed.returncode != 2 or "lock.json" not in completed.stderr:
             raise SystemExit(f"repro verify did not pass integrity: {completed}")
@@ -270,6 +271,12 @@ def peers(bundle: Path, files: list[str], cores: int) -> list[Tool]:
         Tool("openssl dgst -sha256, sequential", openssl, openssl_sequential),
         Tool(f"openssl dgst -sha256, {cores} processes", openssl, openssl_per_core),
     ]
+
+
+def environment_with_this_checkout() -> dict[str, str]:
+    """The environment, with the builder beside this bench first on the import path."""
+    path = os.pathsep.join(filter(None, [str(REPO_ROOT), os.environ.get("PYTHONPATH")]))
+    return {**os.environ, "PYTHONPATH": path}
 
 
 def repro_command() -> list[str]:
