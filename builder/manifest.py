@@ -105,6 +105,10 @@ ModuleName = Annotated[
 EnvName = Annotated[
     str, _pattern(r"^[A-Za-z_][A-Za-z0-9_]*$", "an environment variable name such as 'LD_PRELOAD'")
 ]
+FlagName = Annotated[
+    str,
+    _pattern(r"^--?[A-Za-z0-9][A-Za-z0-9_.-]*$", "a command-line flag such as '--kv-cache-dtype'"),
+]
 UrlPath = Annotated[str, _pattern(r"^/[^\s]*$", "an HTTP path starting with '/'")]
 _SEGMENT = r"(?:[^/.\\\x00][^/\\\x00]*|\.[^/.\\\x00][^/\\\x00]*|\.\.[^/\\\x00]+)"
 _RELATIVE_FILE = rf"^{_SEGMENT}(?:/{_SEGMENT})*$"
@@ -435,6 +439,45 @@ class Profile(_Frozen):
     env: dict[EnvName, str] = {}
 
 
+def flag_values(argv: Sequence[str], flag: str) -> tuple[str | None, ...]:
+    """Every value `argv` gives `flag`: `--flag value`, `--flag=value`, or None for a bare
+    `--flag` at the end or before another option."""
+    values: list[str | None] = []
+    for index, arg in enumerate(argv):
+        if arg.startswith(f"{flag}="):
+            values.append(arg.removeprefix(f"{flag}="))
+        elif arg == flag:
+            following = argv[index + 1] if index + 1 < len(argv) else None
+            bare = following is None or following.startswith("--")
+            values.append(None if bare else following)
+    return tuple(values)
+
+
+def _forbidden_flags(
+    loc: Loc, argv: Sequence[str], forbidden: Sequence[str]
+) -> list[InitErrorDetails]:
+    expected = "no flag of launch.forbidden_argv: " + ", ".join(forbidden)
+    return [
+        _violation((*loc, index), "forbidden flag", expected, _show(arg))
+        for index, arg in enumerate(argv)
+        for flag in forbidden
+        if arg == flag or arg.startswith(f"{flag}=")
+    ]
+
+
+def _pinned_flags(
+    loc: Loc, argv: Sequence[str], pinned: Mapping[str, str]
+) -> list[InitErrorDetails]:
+    violations: list[InitErrorDetails] = []
+    for flag, value in pinned.items():
+        found = flag_values(argv, flag)
+        if found != (value,):
+            shown = ", ".join("no value" if v is None else repr(v) for v in found) or "absent"
+            expected = f"{flag} given exactly once, with value {value!r} (launch.pinned_argv)"
+            violations.append(_violation(loc, "pinned flag", expected, f"{flag}: {shown}"))
+    return violations
+
+
 class Launch(_Frozen):
     argv: Annotated[tuple[str, ...], Field(min_length=1)]
     env: dict[EnvName, str] = {}
@@ -447,12 +490,35 @@ class Launch(_Frozen):
     processes: Annotated[dict[Name, Annotated[int, Field(ge=1)]], Field(min_length=1)]
     """Expected process roles of the server's tree and how many of each."""
     profiles: dict[Name, Profile] = {}
+    forbidden_argv: tuple[FlagName, ...] = ()
+    """Flags no start may pass, alone or as `--flag=value`, in the base argv or any profile
+    (e.g. `--calculate-kv-scales`, which replaces calibrated scales by ones computed at run
+    time)."""
+    pinned_argv: dict[FlagName, str] = {}
+    """Flag to the one value every start passes: each profile's argv gives the flag exactly
+    once (`--flag value` or `--flag=value`) with that value, so no profile can override it."""
 
     def argv_for(self, profile: str) -> tuple[str, ...]:
         return self.argv + self.profiles[profile].argv
 
+    def starts(self) -> tuple[tuple[Loc, tuple[str, ...]], ...]:
+        """Each argv a start can have, with where it comes from: one per profile, or the base
+        argv alone when no profile is declared."""
+        if not self.profiles:
+            return ((("argv",), self.argv),)
+        return tuple((("profiles", name, "argv"), self.argv_for(name)) for name in self.profiles)
+
     def env_for(self, profile: str) -> dict[str, str]:
         return {**self.env, **self.profiles[profile].env}
+
+    @model_validator(mode="after")
+    def _argv_rules(self) -> Self:
+        violations: list[InitErrorDetails] = []
+        for loc, argv in self.starts():
+            violations += _forbidden_flags(loc, argv, self.forbidden_argv)
+            violations += _pinned_flags(loc, argv, self.pinned_argv)
+        _raise_all("Launch", violations)
+        return self
 
     @model_validator(mode="after")
     def _probe_within_start(self) -> Self:
@@ -542,6 +608,23 @@ class ThroughputGate(_Frozen):
     """Fraction of the sealed conventional rate a replay must reach."""
 
 
+class MetricsInfoGate(_Frozen):
+    """An info gauge of `/metrics` read after the suite (value 1, the facts in its labels, e.g.
+    vLLM's `vllm:cache_config_info`): every label set of it must carry these label values."""
+
+    family: Annotated[str, _pattern(r"^[A-Za-z_:][A-Za-z0-9_:]*$", "a Prometheus metric name")]
+    labels: Annotated[dict[NonEmpty, str], Field(min_length=1)]
+    """Label name to the exact value the engine must report."""
+
+
+class FreshStartThroughputGate(_Frozen):
+    """Each further fresh start reproduces the first start's rate, not only its tokens."""
+
+    relative_tolerance: Annotated[float, Field(gt=0, lt=1)]
+    """Bound on |rate of start k - rate of start 1| / rate of start 1, where a rate is the
+    conventional median over `throughput.tokens` tokens."""
+
+
 class Gates(_Frozen):
     exact_token_ids: bool = True
     text_sha256: bool = True
@@ -555,14 +638,94 @@ class Gates(_Frozen):
     throughput: ThroughputGate | None = None
     fresh_starts: Annotated[int, Field(ge=1)] = 1
     """Fresh starts of the server that must each reproduce the token ids."""
+    metrics_info: tuple[MetricsInfoGate, ...] = ()
+    """Engine facts the server itself reports in `/metrics` info gauges."""
+    fresh_start_throughput: FreshStartThroughputGate | None = None
+    """Further fresh starts must also reproduce the rate; needs `throughput` (its N) and
+    `fresh_starts` of at least 2."""
 
     @model_validator(mode="after")
     def _valid_patterns(self) -> Self:
         violations = _duplicates(("log_markers",), (m.name for m in self.log_markers), "marker")
         for index, pattern in enumerate(self.forbidden_log_patterns):
             violations += _regex_errors(("forbidden_log_patterns", index), pattern)
+        violations += _duplicates(
+            ("metrics_info",), (g.family for g in self.metrics_info), "info family"
+        )
+        violations += self._rate_reproduction()
         _raise_all("Gates", violations)
         return self
+
+    def _rate_reproduction(self) -> list[InitErrorDetails]:
+        if self.fresh_start_throughput is None:
+            return []
+        loc: Loc = ("fresh_start_throughput",)
+        violations: list[InitErrorDetails] = []
+        if self.throughput is None:
+            expected = "a [oracle.gates.throughput] gate: its tokens define the rate"
+            violations.append(_violation(loc, "rate without a window", expected, "none"))
+        if self.fresh_starts < 2:
+            expected = "fresh_starts of at least 2: a rate is reproduced by a further start"
+            found = _show(self.fresh_starts)
+            violations.append(_violation(loc, "nothing to reproduce", expected, found))
+        return violations
+
+
+# --- [[oracle.quality]] ---------------------------------------------------------------------------
+
+
+class _QualityCheck(_Frozen):
+    name: Name
+    prompts: tuple[NonEmpty, ...] = ()
+    """Prompt ids of the suite the check reads; empty: every row."""
+
+
+class CodeBlockCheck(_QualityCheck):
+    """The answer opens a fenced code block in `language` (a line "```<language>"). An answer
+    cut at max_tokens may leave it unclosed; opening it is what is checked."""
+
+    kind: Literal["code_block"]
+    language: Annotated[str, _pattern(r"^[A-Za-z0-9+#._-]+$", "a fence language such as 'rust'")]
+
+
+class JsonCheck(_QualityCheck):
+    """The answer is one JSON object, bare or as the only content of a ```json block, with at
+    least `required_keys`."""
+
+    kind: Literal["json"]
+    required_keys: tuple[NonEmpty, ...] = ()
+
+
+class ToolCallCheck(_QualityCheck):
+    """The answer is a tool call: one JSON object (bare or in a ```json block) with a string
+    `name` among `tools` (any name when empty) and an object `arguments`."""
+
+    kind: Literal["tool_call"]
+    tools: tuple[NonEmpty, ...] = ()
+
+
+class RepetitionCheck(_QualityCheck):
+    """No run of `ngram` consecutive words occurs more than `max_repeats` times in the answer:
+    a decoding loop repeats one phrase until max_tokens."""
+
+    kind: Literal["repetition"]
+    ngram: Annotated[int, Field(ge=2)] = 12
+    max_repeats: Annotated[int, Field(ge=1)] = 3
+
+
+class LongContextCheck(_QualityCheck):
+    """The prompt was long (at least `min_prompt_tokens`, as the server counted it) and the
+    answer uses it: it contains each of `contains`, text found only in that prompt."""
+
+    kind: Literal["long_context"]
+    min_prompt_tokens: Annotated[int, Field(ge=1)]
+    contains: Annotated[tuple[NonEmpty, ...], Field(min_length=1)]
+
+
+QualityCheck = Annotated[
+    CodeBlockCheck | JsonCheck | ToolCallCheck | RepetitionCheck | LongContextCheck,
+    Field(discriminator="kind"),
+]
 
 
 class Oracle(_Frozen):
@@ -572,6 +735,14 @@ class Oracle(_Frozen):
     teacher: Name
     """The launch profile whose run produces the oracle."""
     gates: Gates
+    quality: tuple[QualityCheck, ...] = ()
+    """Checks of the answers' text, each reported on its own: never a gate, never part of
+    exactness (a run passes or fails on `gates` alone)."""
+
+    @model_validator(mode="after")
+    def _distinct_checks(self) -> Self:
+        _raise_all("Oracle", _duplicates(("quality",), (c.name for c in self.quality), "check"))
+        return self
 
 
 # --- the oracle suite file ------------------------------------------------------------------------
@@ -583,28 +754,55 @@ class Message(_Frozen):
 
 
 class Prompt(_Frozen):
-    """One row: `messages` for the chat API, `prompt` for the completion API."""
+    """One row: `messages` for the chat API, `prompt` for the completion API; or, for a record
+    imported without its prompt texts, `sha256` alone (with `id`): such a prompt identifies a
+    row of the record and cannot be asked again."""
 
     id: NonEmpty
     messages: Annotated[tuple[Message, ...], Field(min_length=1)] | None = None
     prompt: str | None = None
+    sha256: Sha256 | None = None
+    """The record's own digest of the prompt (e.g. `prompt_sha256` of its bench rows), as the
+    record states it; repro does not recompute it, since the record does not say over which
+    bytes it was taken."""
 
     def given(self) -> tuple[str, ...]:
-        return tuple(key for key in ("messages", "prompt") if getattr(self, key) is not None)
+        keys = ("messages", "prompt", "sha256")
+        return tuple(key for key in keys if getattr(self, key) is not None)
+
+    @property
+    def identified_only(self) -> bool:
+        """Only an id and a digest: the text to ask is not known."""
+        return self.given() == ("sha256",)
 
 
 class Suite(_Frozen):
+    """The prompts asked once each, in order. A suite whose prompts are identified by their
+    sha256 alone describes an imported record and cannot be replayed (`replayable`); it may
+    leave `temperature` unstated when the record does not state it."""
+
     name: NonEmpty
     api: Literal["chat", "completion"]
     max_tokens: Annotated[int, Field(ge=1)]
     seed: int
-    temperature: Annotated[float, Field(ge=0)]
+    temperature: Annotated[float, Field(ge=0)] | None = None
+    """Required for a suite that can be replayed."""
     prompts: Annotated[tuple[Prompt, ...], Field(min_length=1)]
+
+    @property
+    def replayable(self) -> bool:
+        """Every prompt carries its text and the sampling is fully stated."""
+        return self.temperature is not None and not any(
+            prompt.identified_only for prompt in self.prompts
+        )
 
     @model_validator(mode="after")
     def _prompts_fit_api(self) -> Self:
-        key = "messages" if self.api == "chat" else "prompt"
         violations = _duplicates(("prompts",), (p.id for p in self.prompts), "prompt id")
+        if all(prompt.identified_only for prompt in self.prompts):
+            _raise_all("Suite", violations)
+            return self
+        key = "messages" if self.api == "chat" else "prompt"
         violations += [
             _violation(
                 ("prompts", index),
@@ -615,6 +813,9 @@ class Suite(_Frozen):
             for index, prompt in enumerate(self.prompts)
             if prompt.given() != (key,)
         ]
+        if self.temperature is None:
+            expected = "a temperature: the suite's prompts carry their text, so it is replayed"
+            violations.append(_violation(("temperature",), "missing key", expected, "nothing"))
         _raise_all("Suite", violations)
         return self
 
@@ -824,6 +1025,18 @@ def _suite_fit_problems(oracle: Oracle, suite: Suite) -> list[Problem]:
                 _show(throughput.tokens),
             )
         )
+    known = {prompt.id for prompt in suite.prompts}
+    problems += [
+        Problem(
+            f"key oracle.quality[{index}].prompts[{at}]",
+            "unknown prompt",
+            f"a prompt id of suite {suite.name}",
+            _show(prompt_id),
+        )
+        for index, check in enumerate(oracle.quality)
+        for at, prompt_id in enumerate(check.prompts)
+        if prompt_id not in known
+    ]
     if oracle.chat_template_kwargs and suite.api != "chat":
         problems.append(
             Problem(
