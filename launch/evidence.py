@@ -9,9 +9,11 @@ gate never knows which it judges.
 
 from __future__ import annotations
 
+import hashlib
 from enum import StrEnum
+from typing import Self
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 
 class _Record(BaseModel):
@@ -33,6 +35,20 @@ class OracleRow(_Record):
     """Arrival offset of each token id from the request's start, in stream order."""
     ttft_s: float
     finish_reason: str | None = None
+    text: str | None = None
+    """The output text, when the run kept it (what `[[oracle.quality]]` checks read); its
+    sha256 is `text_sha256`. A record that kept only the hash leaves it None."""
+
+    @model_validator(mode="after")
+    def _text_matches_its_hash(self) -> Self:
+        if self.text is not None:
+            digest = hashlib.sha256(self.text.encode("utf-8")).hexdigest()
+            if digest != self.text_sha256:
+                raise ValueError(
+                    f"row {self.prompt_id}: text hashes to {digest}, not text_sha256 "
+                    f"{self.text_sha256}"
+                )
+        return self
 
 
 class TeacherRow(_Record):
@@ -76,6 +92,9 @@ class RunEvidence(_Record):
     """The server's log of the first start, decoded."""
     later_starts: tuple[tuple[OracleRow, ...], ...] = ()
     """The suite's rows of each further fresh start, in order (start 2, 3, …)."""
+    metrics_after: str | None = None
+    """The raw `/metrics` text read after the suite of the first start: its info gauges
+    (e.g. `vllm:cache_config_info`) are the engine's own report of its configuration."""
 
 
 class VerdictStatus(StrEnum):

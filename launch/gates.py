@@ -6,7 +6,9 @@ no I/O and no retries; the same function judges a live run and a historical reco
 
 `judge` returns a verdict for every kind of gate, in a fixed order: a gate the manifest disables
 is `n/a` and says so; a gate it enables whose evidence is absent fails and names what is missing,
-so a configured gate is never skipped in silence.
+so a configured gate is never skipped in silence. The optional kinds (engine facts of
+`/metrics` info gauges, the rate of further fresh starts, a kernel set's runtime markers) give a
+verdict for each one declared and none otherwise.
 """
 
 from __future__ import annotations
@@ -16,7 +18,15 @@ from collections import Counter
 from collections.abc import Iterable, Sequence
 from typing import Final
 
-from builder.manifest import Gates, LogMarker, SpecDecodeGate, ThroughputGate
+from builder.errors import BadInput
+from builder.manifest import (
+    FreshStartThroughputGate,
+    Gates,
+    LogMarker,
+    MetricsInfoGate,
+    SpecDecodeGate,
+    ThroughputGate,
+)
 from launch.evidence import (
     MetricsDelta,
     OracleRow,
@@ -25,6 +35,7 @@ from launch.evidence import (
     Verdict,
     VerdictStatus,
 )
+from launch.metrics import samples
 from launch.throughput import HISTORICAL_LABEL, UnmeasurableRow, measure
 
 SURVIVAL_RATIO_MAX: Final = 0.5
@@ -393,6 +404,66 @@ def throughput(gate: ThroughputGate, rows: Sequence[OracleRow], sealed: float) -
     return _verdict("throughput", passed, summary, **details)
 
 
+def fresh_start_throughput(
+    gate: FreshStartThroughputGate,
+    tokens: int,
+    first: Sequence[OracleRow],
+    again: Sequence[OracleRow],
+    start: int,
+) -> Verdict:
+    """Fresh start number `start` reproduces the first start's rate: the conventional medians
+    over `tokens` tokens differ by at most `gate.relative_tolerance` of the first one's."""
+    name = "fresh_start_throughput"
+    try:
+        reference = measure(first, tokens).conventional_median
+        found = measure(again, tokens).conventional_median
+    except UnmeasurableRow as error:
+        return _verdict(name, False, error.what, where=error.where, found=error.found)
+    deviation = abs(found - reference) / reference
+    passed = deviation <= gate.relative_tolerance
+    relation = "<=" if passed else ">"
+    summary = (
+        f"start {start} {found:.2f} tok/s vs start 1 {reference:.2f} tok/s over {tokens} "
+        f"tokens: deviation {deviation:.4f} {relation} {gate.relative_tolerance}"
+    )
+    return _verdict(
+        name,
+        passed,
+        summary,
+        start=start,
+        first_conventional=reference,
+        conventional=found,
+        deviation=deviation,
+        relative_tolerance=gate.relative_tolerance,
+    )
+
+
+# --- engine facts from /metrics -----------------------------------------------------------------
+
+
+def metrics_info(gate: MetricsInfoGate, metrics_text: str) -> Verdict:
+    """Every label set of the info gauge `gate.family` in the metrics text carries the gate's
+    label values (one label set per engine); a family the server does not export fails."""
+    name = f"metrics_info:{gate.family}"
+    try:
+        label_sets = samples(metrics_text, "metrics after the suite").get(gate.family, {})
+    except BadInput as error:
+        return _verdict(name, False, error.what, where=error.where, found=error.found)
+    if not label_sets:
+        return _missing(name, f"{gate.family} sample")
+    problems = [
+        f"{label} is {dict(labels).get(label, '(absent)')!r}, expected {value!r}"
+        for labels in label_sets
+        for label, value in gate.labels.items()
+        if dict(labels).get(label) != value
+    ]
+    expected = ", ".join(f"{label}={value!r}" for label, value in gate.labels.items())
+    if problems:
+        return _verdict(name, False, f"{gate.family}: " + "; ".join(problems), expected=expected)
+    summary = f"{gate.family} reports {expected} on {len(label_sets)} label set(s)"
+    return _verdict(name, True, summary, labels=dict(gate.labels))
+
+
 # --- the gates of a run -------------------------------------------------------------------------
 
 _DISABLED: Final = "disabled in oracle.gates"
@@ -431,13 +502,26 @@ def _prefix_cache_gate(gates: Gates, evidence: RunEvidence) -> Verdict:
     return prefix_cache_hit_delta_zero(evidence.metrics)
 
 
-def _log_gates(gates: Gates, log: str | None) -> list[Verdict]:
+def _metrics_info_gates(gates: Gates, evidence: RunEvidence) -> list[Verdict]:
+    return [
+        _missing(f"metrics_info:{gate.family}", "metrics text read after the suite")
+        if evidence.metrics_after is None
+        else metrics_info(gate, evidence.metrics_after)
+        for gate in gates.metrics_info
+    ]
+
+
+def _log_gates(gates: Gates, log: str | None, kernel_markers: Sequence[LogMarker]) -> list[Verdict]:
     verdicts: list[Verdict] = []
     if not gates.log_markers:
         verdicts.append(_not_applicable("log_markers", "no log markers declared"))
     for marker in gates.log_markers:
         name = f"log_marker:{marker.name}"
         verdicts.append(_missing(name, "server log") if log is None else log_marker(marker, log))
+    for marker in kernel_markers:
+        verdict = _missing(f"log_marker:{marker.name}", "server log")
+        verdict = verdict if log is None else log_marker(marker, log)
+        verdicts.append(verdict.model_copy(update={"gate": f"kernel_marker:{marker.name}"}))
     patterns = gates.forbidden_log_patterns
     name = "forbidden_log_patterns"
     if not patterns:
@@ -484,17 +568,47 @@ def _fresh_start_gates(gates: Gates, evidence: RunEvidence) -> list[Verdict]:
     return verdicts
 
 
+def _fresh_start_throughput_gates(gates: Gates, evidence: RunEvidence) -> list[Verdict]:
+    name = "fresh_start_throughput"
+    gate, window = gates.fresh_start_throughput, gates.throughput
+    if gate is None or window is None:  # the manifest requires the window with the gate
+        return []
+    if evidence.rows is None:
+        return [_missing(name, "oracle rows of start 1")]
+    verdicts: list[Verdict] = []
+    for index in range(gates.fresh_starts - 1):
+        start = index + 2
+        if index < len(evidence.later_starts):
+            again = evidence.later_starts[index]
+            verdicts.append(
+                fresh_start_throughput(gate, window.tokens, evidence.rows, again, start)
+            )
+        else:
+            verdicts.append(_missing(name, f"oracle rows of start {start}"))
+    return verdicts
+
+
 def judge(
-    gates: Gates, evidence: RunEvidence, *, survival_ratio_max: float = SURVIVAL_RATIO_MAX
+    gates: Gates,
+    evidence: RunEvidence,
+    *,
+    survival_ratio_max: float = SURVIVAL_RATIO_MAX,
+    kernel_markers: Sequence[LogMarker] = (),
 ) -> tuple[Verdict, ...]:
     """A verdict for every kind of gate of `gates`, in a fixed order; a run passes when every
-    verdict `passed` (`n/a` for a gate the manifest does not enable)."""
+    verdict `passed` (`n/a` for a gate the manifest does not enable). The optional kinds
+    (`metrics_info`, `fresh_start_throughput`, kernel markers) give a verdict for each one
+    declared and none otherwise. `kernel_markers` are the
+    runtime markers of the manifest's kernel sets (`builder.kernels.runtime_markers`), judged
+    as log markers and named `kernel_marker:<name>`."""
     return (
         *_teacher_gates(gates, evidence),
         _cached_tokens_gate(gates, evidence),
         _prefix_cache_gate(gates, evidence),
-        *_log_gates(gates, evidence.server_log),
+        *_metrics_info_gates(gates, evidence),
+        *_log_gates(gates, evidence.server_log, kernel_markers),
         _spec_decode_gate(gates, evidence, survival_ratio_max),
         _throughput_gate(gates, evidence),
         *_fresh_start_gates(gates, evidence),
+        *_fresh_start_throughput_gates(gates, evidence),
     )
