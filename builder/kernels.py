@@ -6,6 +6,12 @@ pinned by the driver version), libraries the runtime dlopens, and directories ho
 compiled at run time (allowed by place, each one's hash recorded). `classify` sorts every mapped
 ELF of a live audit into static closure / driver / expected dlopen / JIT artifact / unexpected;
 it is pure, so the same function judges a live tree and committed evidence.
+
+A stack's set (e.g. `laguna-b70`) also pins its native truth: the extension modules it imports
+and the kernel libraries it must map, each at a path in placeholder form with its sha256; native
+modules seen loaded from another tree (`[[external]]`), which stay drift unless declared; and
+runtime log markers proving a kernel path ran. `origin_of` judges one mapped file against those
+pins, purely: the same bytes at another path are origin drift.
 """
 
 from __future__ import annotations
@@ -14,13 +20,24 @@ import fnmatch
 import posixpath
 import re
 import tomllib
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from enum import StrEnum
 from pathlib import Path
-from typing import Literal
+from typing import Annotated, Final, Literal, Self
 
-from pydantic import BaseModel, ConfigDict, ValidationError
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    ConfigDict,
+    Field,
+    StringConstraints,
+    ValidationError,
+    model_validator,
+)
 
 from builder.errors import BadInput
+from builder.manifest import PATH_PLACEHOLDERS, LogMarker, expand, placeholders_in
 
 KERNELS_DIR = Path(__file__).resolve().parents[1] / "kernels"
 
@@ -50,11 +67,106 @@ class Platform(_Frozen):
     """Path globs of kernels compiled at run time."""
 
 
+Sha256 = Annotated[str, StringConstraints(pattern=r"^[0-9a-f]{64}$")]
+GitCommit = Annotated[str, StringConstraints(pattern=r"^[0-9a-f]{40}$")]
+ModuleName = Annotated[
+    str, StringConstraints(pattern=r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*$")
+]
+_SCOPED_PLACEHOLDER: Final = re.compile(
+    r"^(model\.(target|draft|tokenizer)|source\.[A-Za-z0-9][A-Za-z0-9._-]{0,127})$"
+)
+
+
+def placeholder_problem(template: str) -> str | None:
+    """Why `template` is not a path in placeholder form, or None: it must start with one known
+    placeholder (`{venv}`, `{site}`, `{python}`, `{python_prefix}`, `{model.<role>}`,
+    `{source.<name>}`, a `[[source]]` work tree of the manifest) and use no other."""
+    try:
+        names = placeholders_in(template)
+    except ValueError:
+        return "malformed placeholder"
+    if not names or not template.startswith("{"):
+        return "a path starting with a placeholder"
+    unknown = [
+        name
+        for name in names
+        if name not in PATH_PLACEHOLDERS and not _SCOPED_PLACEHOLDER.match(name)
+    ]
+    return f"unknown placeholder {{{unknown[0]}}}" if unknown else None
+
+
+def _placeholder_path(value: str) -> str:
+    problem = placeholder_problem(value)
+    if problem is not None:
+        raise ValueError(f"{problem}: {value!r}")
+    return value
+
+
+PlaceholderPath = Annotated[str, Field(min_length=1), AfterValidator(_placeholder_path)]
+
+
+class KernelModule(_Frozen):
+    """A Python extension module the stack imports, pinned to its file and bytes."""
+
+    module: ModuleName
+    path: PlaceholderPath
+    sha256: Sha256
+    built_from: GitCommit | None = None
+    """The source commit the binary was observed to be built from, as the record states it."""
+
+
+class KernelLibrary(_Frozen):
+    """A kernel library that must be mapped, from exactly this path, with these bytes."""
+
+    path: PlaceholderPath
+    sha256: Sha256
+    built_from: GitCommit | None = None
+
+
+class ExternalModule(_Frozen):
+    """A native module seen loaded from outside the stack's own trees: the hazard of a loader
+    mapping a library from another build tree. Recorded as it was observed; a live audit
+    flags its mapping as origin drift unless the set `declared` it on purpose."""
+
+    module: ModuleName
+    path: Annotated[str, Field(min_length=1, pattern=r"^/")]
+    """The absolute path it was observed at."""
+    sha256: Sha256
+    built_from: GitCommit | None = None
+    declared: bool = False
+    """True only when this origin is intended: then it is accepted at exactly this path and
+    with exactly these bytes."""
+
+
 class KernelSet(_Frozen):
     schema_: Literal["repro.kernels/v1"]
     name: str
     description: str
     platform: Platform = Platform()
+    modules: tuple[KernelModule, ...] = ()
+    libraries: tuple[KernelLibrary, ...] = ()
+    external: tuple[ExternalModule, ...] = ()
+    markers: tuple[LogMarker, ...] = ()
+    """Runtime log markers proving a kernel path ran, judged like `[oracle.gates]` markers."""
+
+    @model_validator(mode="after")
+    def _distinct(self) -> Self:
+        paths = [m.path for m in self.modules] + [lib.path for lib in self.libraries]
+        for what, values in (
+            ("module", [m.module for m in self.modules] + [e.module for e in self.external]),
+            ("path", paths + [e.path for e in self.external]),
+            ("marker", [m.name for m in self.markers]),
+        ):
+            repeated = sorted({v for v in values if values.count(v) > 1})
+            if repeated:
+                raise ValueError(f"{what} listed twice: {', '.join(repeated)}")
+        return self
+
+    def placeholders(self) -> tuple[str, ...]:
+        """Every placeholder the set's paths use, each once, in order of appearance."""
+        paths = [m.path for m in self.modules] + [lib.path for lib in self.libraries]
+        names = (name for path in paths for name in placeholders_in(path))
+        return tuple(dict.fromkeys(names))
 
     model_config = ConfigDict(frozen=True, extra="forbid", populate_by_name=True)
 
@@ -137,3 +249,60 @@ def _is_extension_module(path: str) -> bool:
 
 def _roots(roots: tuple[str, ...]) -> set[str]:
     return {root.rstrip("/") for root in roots}
+
+
+# --- the origin of a mapped file -----------------------------------------------------------------
+
+
+class Origin(StrEnum):
+    PINNED = "pinned"
+    DECLARED_EXTERNAL = "declared external"
+    ORIGIN_DRIFT = "origin drift"
+    UNDECLARED_EXTERNAL = "undeclared external"
+    BYTES_DRIFT = "bytes drift"
+    UNKNOWN = "not in the kernel set"
+
+
+@dataclass(frozen=True)
+class OriginVerdict:
+    """Where a mapped file stands against a kernel set's pins, and the entry that says so."""
+
+    origin: Origin
+    entry: str
+
+    @property
+    def drift(self) -> bool:
+        return self.origin not in (Origin.PINNED, Origin.DECLARED_EXTERNAL, Origin.UNKNOWN)
+
+
+def origin_of(
+    path: str, sha256: str, kernel_set: KernelSet, values: Mapping[str, str]
+) -> OriginVerdict:
+    """Judge one mapped file (its real path and sha256) against the set's pins, with `values`
+    expanding the placeholders on this host. A pinned path with other bytes, pinned bytes at
+    another path, or an external module not declared, is drift; a file the set says nothing
+    about is left to the platform boundary (`classify`)."""
+    entries: list[KernelModule | KernelLibrary] = [*kernel_set.modules, *kernel_set.libraries]
+    pinned = {expand(entry.path, values): (entry.sha256, _entry_name(entry)) for entry in entries}
+    if path in pinned:
+        expected, name = pinned[path]
+        return OriginVerdict(Origin.PINNED if sha256 == expected else Origin.BYTES_DRIFT, name)
+    for external in kernel_set.external:
+        if sha256 == external.sha256 or path == external.path:
+            same = sha256 == external.sha256 and path == external.path
+            accepted = external.declared and same
+            origin = Origin.DECLARED_EXTERNAL if accepted else Origin.UNDECLARED_EXTERNAL
+            return OriginVerdict(origin, f"external {external.module} at {external.path}")
+    for location, (expected, name) in pinned.items():
+        if sha256 == expected:
+            return OriginVerdict(Origin.ORIGIN_DRIFT, f"{name}, pinned at {location}")
+    return OriginVerdict(Origin.UNKNOWN, "")
+
+
+def _entry_name(entry: KernelModule | KernelLibrary) -> str:
+    return entry.module if isinstance(entry, KernelModule) else posixpath.basename(entry.path)
+
+
+def runtime_markers(names: Sequence[str], directory: Path = KERNELS_DIR) -> tuple[LogMarker, ...]:
+    """The runtime markers of the named kernel sets, in order, for `launch.gates.judge`."""
+    return tuple(marker for name in names for marker in KernelSet.load(name, directory).markers)

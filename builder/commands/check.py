@@ -48,7 +48,16 @@ def plan(manifest: Manifest, suite: Suite) -> dict[str, Any]:
         "native": _native(manifest),
         "launch": _launch(manifest),
         "oracle": _oracle(manifest, suite),
+        **({} if manifest.evidence is None else {"evidence": _evidence(manifest)}),
     }
+
+
+def _evidence(manifest: Manifest) -> dict[str, Any]:
+    """The imported record's files, resolved against the manifest's directory."""
+    assert manifest.evidence is not None
+    paths = manifest.evidence.model_dump(exclude_none=True)
+    files = [str(manifest.resolve(path)) for path in paths.pop("files")]
+    return {**{key: str(manifest.resolve(path)) for key, path in paths.items()}, "files": files}
 
 
 def _host(manifest: Manifest) -> dict[str, Any]:
@@ -96,25 +105,65 @@ def _sources(manifest: Manifest) -> list[dict[str, Any]]:
     ]
 
 
-def _kernel_set(manifest: Manifest, index: int, name: str) -> str:
-    """A kernel set the manifest names must exist in kernels/ and be well formed."""
+def _kernel_set(manifest: Manifest, index: int, name: str) -> KernelSet:
+    """A kernel set the manifest names must exist in kernels/, be well formed, and use only
+    placeholders this manifest defines (its model roles and [[source]] names)."""
+    where = f"{manifest.source}: native.kernel_sets[{index}]"
     try:
-        return KernelSet.load(name).name
+        kernel_set = KernelSet.load(name)
     except BadInput as error:
         raise BadInput(
             error.what,
-            where=f"{manifest.source}: native.kernel_sets[{index}] ({error.where})",
+            where=f"{where} ({error.where})",
             expected=error.expected,
             found=error.found,
         ) from error
+    known = set(manifest.placeholder_names(launch=False))
+    known |= {f"source.{source.name}" for source in manifest.sources}
+    unknown = [name for name in kernel_set.placeholders() if name not in known]
+    if unknown:
+        raise BadInput(
+            "a kernel set uses a placeholder this manifest does not define",
+            where=f"{where} ({name})",
+            expected="placeholders among " + ", ".join("{" + k + "}" for k in sorted(known)),
+            found="{" + unknown[0] + "}",
+        )
+    return kernel_set
+
+
+def _kernel_pins(kernel_set: KernelSet) -> list[dict[str, Any]]:
+    """What a kernel set pins: each module, library and external origin with its bytes."""
+    pins: list[dict[str, Any]] = [
+        {"set": kernel_set.name, "kind": "module", "path": m.path, "sha256": m.sha256}
+        for m in kernel_set.modules
+    ]
+    pins += [
+        {"set": kernel_set.name, "kind": "library", "path": lib.path, "sha256": lib.sha256}
+        for lib in kernel_set.libraries
+    ]
+    pins += [
+        {
+            "set": kernel_set.name,
+            "kind": "external (declared)" if e.declared else "external (drift when mapped)",
+            "path": e.path,
+            "sha256": e.sha256,
+        }
+        for e in kernel_set.external
+    ]
+    return pins
 
 
 def _native(manifest: Manifest) -> dict[str, Any]:
     native = manifest.native
+    sets = [_kernel_set(manifest, i, name) for i, name in enumerate(native.kernel_sets)]
     return {
         "modules": list(native.modules),
-        "kernel_sets": [
-            _kernel_set(manifest, i, name) for i, name in enumerate(native.kernel_sets)
+        "kernel_sets": [kernel_set.name for kernel_set in sets],
+        "kernel_pins": [pin for kernel_set in sets for pin in _kernel_pins(kernel_set)],
+        "kernel_markers": [
+            {"set": kernel_set.name, "marker": marker.name, "checks": _marker_check(marker)}
+            for kernel_set in sets
+            for marker in kernel_set.markers
         ],
         "allowed_roots": list(native.allowed_roots),
         "allowed_mappings": list(native.allowed_mappings),
@@ -138,10 +187,15 @@ def _oracle(manifest: Manifest, suite: Suite) -> dict[str, Any]:
             "max_tokens": suite.max_tokens,
             "seed": suite.seed,
             "temperature": suite.temperature,
+            "replayable": suite.replayable,
         },
         "teacher": oracle.teacher,
         "chat_template_kwargs": oracle.chat_template_kwargs,
         "gates": [{"gate": gate, "checks": checks} for gate, checks in gate_checks(oracle.gates)],
+        "quality": [
+            {"check": check.name, "kind": check.kind, "prompts": list(check.prompts) or "all"}
+            for check in oracle.quality
+        ],
     }
 
 
@@ -175,6 +229,17 @@ def gate_checks(gates: Gates) -> list[tuple[str, str]]:
             text += "; N/span recorded, labelled historical"
         checks.append(("throughput", text))
     checks.append(("fresh_starts", f"{gates.fresh_starts} fresh start(s) reproduce the token ids"))
+    checks += [
+        (
+            f"metrics_info {info.family}",
+            ", ".join(f"{label} = {value!r}" for label, value in info.labels.items()),
+        )
+        for info in gates.metrics_info
+    ]
+    if gates.fresh_start_throughput is not None:
+        tolerance = gates.fresh_start_throughput.relative_tolerance
+        text = f"each further start's median (N-1)/span within {tolerance} of start 1's"
+        checks.append(("fresh_start_throughput", text))
     return checks
 
 
