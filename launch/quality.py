@@ -25,7 +25,7 @@ from builder.manifest import (
 )
 from launch.evidence import OracleRow, Verdict, VerdictStatus
 
-_JSON_FENCE: Final = re.compile(r"^```json[ \t]*\r?\n(?P<body>.*?)\r?\n```[ \t]*$", re.DOTALL)
+_JSON_FENCE: Final = re.compile(r"^```json[ \t]*\r?\n(?P<body>.*?)(?:\r?\n```[ \t]*)?$", re.DOTALL)
 _WORD: Final = re.compile(r"\S+")
 
 
@@ -36,8 +36,9 @@ def fence_opened(text: str, language: str) -> bool:
 
 
 def json_object(text: str) -> dict[str, object] | str:
-    """The one JSON object `text` is, bare or as the only content of a ```json block; otherwise
-    why not, worded for a person."""
+    """The one JSON object `text` is, bare or as the only content of a ```json block (an answer
+    cut at max_tokens leaves the block open: its body is read as it is); otherwise why not,
+    worded for a person."""
     stripped = text.strip()
     fenced = _JSON_FENCE.match(stripped)
     body = fenced["body"] if fenced is not None else stripped
