@@ -276,5 +276,8 @@ def test_a_kernel_path_not_in_placeholder_form_is_refused(
     (tmp_path / "laguna-b70.toml").write_text(text, "utf-8")
     with pytest.raises(BadInput) as refused:
         KernelSet.load("laguna-b70", tmp_path)
-    assert refused.value.what == "malformed kernel set"
-    assert found in refused.value.expected
+    assert (refused.value.what, refused.value.where, refused.value.expected) == (
+        "malformed kernel set",
+        f"{tmp_path / 'laguna-b70.toml'}: modules.0.path",
+        f"Value error, {found}: {path!r}",
+    )
