@@ -193,4 +193,4 @@ def test_an_unknown_kernel_set_is_refused_naming_the_manifest_key(
     error = capsys.readouterr().err
     assert "error: no such kernel set" in error
     assert f"{manifest}: native.kernel_sets[1]" in error
-    assert "expected: one of cpu, cuda, xpu" in error
+    assert "expected: one of cpu, cuda, laguna-b70, xpu" in error

@@ -101,7 +101,7 @@ def test_an_unknown_kernel_set_is_refused_naming_the_known_ones() -> None:
     with pytest.raises(BadInput) as caught:
         KernelSet.load("rocm")
     assert caught.value.where is not None and caught.value.where.endswith("kernels/rocm.toml")
-    assert caught.value.expected == "one of cpu, cuda, xpu"
+    assert caught.value.expected == "one of cpu, cuda, laguna-b70, xpu"
 
 
 def test_a_kernel_set_with_an_unknown_key_is_refused(tmp_path: Path) -> None:
