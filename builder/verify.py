@@ -267,15 +267,10 @@ def _observed_checks(sealed: SealedBundle) -> list[ClaimCheck]:
 
 def host_drifts(sealed: SealedBundle, observed: Observations) -> list[Drift]:
     """This machine against the manifest, then against every file hash the lock pins."""
+    # Model files: the manifest's pins are the lock's (recomputed offline), so the manifest's
+    # comparison above already names every file that differs here.
     found = drifts(sealed.manifest, observed)
     lock = sealed.lock
-    for claim, facts in zip(lock.models, observed.models, strict=True):
-        here = {f.name: f.sha256 for f in facts.files}
-        found.extend(
-            _lock_drift(f"model {claim.role}: {name}", digest, here.get(name))
-            for name, digest in sorted(claim.files.items())
-            if here.get(name) != digest
-        )
     if observed.python is not None:
         here = {d.name: d.version for d in observed.python.distributions}
         found.extend(
