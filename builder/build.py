@@ -42,7 +42,14 @@ from builder.seal import BundleContent, SealedBundle, check_destination, seal
 from builder.statement import repro_version
 from launch.evidence import Teacher
 from launch.run import RunPlan, RunRecord, capture_teacher, run_profile
-from launch.runrecord import AUDIT_DIR, ROWS_FILE, RUN_FILE, SUMMARY_FILE, VERDICTS_FILE
+from launch.runrecord import (
+    AUDIT_DIR,
+    QUALITY_FILE,
+    ROWS_FILE,
+    RUN_FILE,
+    SUMMARY_FILE,
+    VERDICTS_FILE,
+)
 
 OBSERVATIONS_FILE = "observations.json"
 SUITE_FILE = "suite.json"
@@ -161,7 +168,7 @@ def evidence_files(run_dir: Path, starts: int) -> dict[str, Path]:
     """The run directory's evidence by its name under evidence/."""
     files = {
         name: run_dir / name
-        for name in (RUN_FILE, VERDICTS_FILE, SUMMARY_FILE, OBSERVATIONS_FILE)
+        for name in (RUN_FILE, VERDICTS_FILE, QUALITY_FILE, SUMMARY_FILE, OBSERVATIONS_FILE)
         if (run_dir / name).is_file()
     }
     for number in range(1, starts + 1):

@@ -198,6 +198,7 @@ class _Stream:
             prompt_id=prompt_id,
             prompt_index=index,
             token_ids=tuple(self.token_ids),
+            text=text,
             text_sha256=hashlib.sha256(text.encode("utf-8")).hexdigest(),
             prompt_tokens=int(usage["prompt_tokens"]),
             completion_tokens=int(usage["completion_tokens"]),

@@ -34,10 +34,11 @@ from typing import Any, Final, cast
 
 from builder.audit import AuditReport
 from builder.auditreport import report_document
-from builder.errors import ExitCode, ReproError
+from builder.errors import BadInput, ExitCode, ReproError
+from builder.kernels import runtime_markers
 from builder.manifest import Manifest, Suite
 from builder.observe.native import judge_tree, observe_tree, policy_from_manifest
-from launch import gates, metrics, oracle, registry
+from launch import gates, metrics, oracle, quality, registry
 from launch import server as lifecycle
 from launch.evidence import (
     MetricsDelta,
@@ -53,6 +54,7 @@ from launch.runrecord import (
     DRIFTS_FILE,
     METRICS_AFTER,
     METRICS_BEFORE,
+    QUALITY_FILE,
     SERVER_FILE,
     TEARDOWN_FILE,
     RunDirectory,
@@ -174,6 +176,14 @@ def run_profile(plan: RunPlan, observe: Observer | None = None) -> RunRecord:
     began = time.monotonic()
     manifest = plan.manifest
     suite = manifest.load_suite()
+    if not suite.replayable:
+        raise BadInput(
+            "this suite cannot be replayed",
+            where=f"{manifest.source}: oracle.suite",
+            expected="prompts with their text (messages or prompt) and a temperature",
+            found="prompts named by sha256 alone, as an imported record keeps them",
+            hint="supply the suite's prompt texts; an imported record can only be verified",
+        )
     refuse_forbidden_environment(manifest, plan.caller_environment, "the caller's environment")
     directory = RunDirectory.create(plan.run_dir)
     notify = observe or (lambda event: None)
@@ -354,10 +364,12 @@ def judge(plan: RunPlan, starts: tuple[StartRecord, ...]) -> tuple[Verdict, ...]
         rows=tuple(first.rows),
         teacher=plan.teacher,
         metrics=first.metrics,
+        metrics_after=_read_text(first.directory / METRICS_AFTER),
         server_log=_read_log(first.directory),
         later_starts=tuple(tuple(start.rows) for start in starts[1:]),
     )
-    verdicts = gates.judge(plan.manifest.oracle.gates, evidence)
+    markers = runtime_markers(plan.manifest.native.kernel_sets)
+    verdicts = gates.judge(plan.manifest.oracle.gates, evidence, kernel_markers=markers)
     if plan.teacher is None:
         verdicts = tuple(_capturing(verdict) for verdict in verdicts)
     return (*verdicts, *(_audit_verdict(start) for start in starts))
@@ -415,6 +427,10 @@ def _finish(
         seconds=time.monotonic() - began,
     )
     directory.write_json("verdicts.json", [v.model_dump(mode="json") for v in verdicts])
+    # Quality is reported apart: it informs, it never decides whether the run reproduced.
+    rows = tuple(starts[0].rows) if starts else ()
+    quality_verdicts = quality.assess(plan.manifest.oracle.quality, rows) if complete else ()
+    directory.write_json(QUALITY_FILE, [v.model_dump(mode="json") for v in quality_verdicts])
     summary = record.summary()
     directory.write_json("summary.json", summary)
     problem = error.diagnostics() if error is not None else _crash_text(crash)
@@ -539,8 +555,13 @@ def _run_document(plan: RunPlan, suite: Suite, spec: lifecycle.ServerSpec) -> di
 
 
 def _read_log(start_dir: Path) -> str | None:
+    return _read_text(start_dir / "server.log")
+
+
+def _read_text(path: Path) -> str | None:
+    """A piece of evidence as text; None when the run did not get as far as writing it."""
     try:
-        return (start_dir / "server.log").read_bytes().decode(errors="replace")
+        return path.read_bytes().decode(errors="replace")
     except OSError:
         return None
 

@@ -18,6 +18,7 @@ RUN_DIR/
     teardown.json        every pid of the tree, those that needed SIGKILL; or why teardown failed
   start-2/ …
   verdicts.json          every gate's Verdict
+  quality.json           the quality checks' verdicts, reported apart from the gates
   teacher.json           the captured Teacher, when the run captures one
   summary.json           the run's report, as `repro run --json` prints it
 ```
@@ -43,6 +44,7 @@ from launch.evidence import OracleRow
 STATUS_FILE: Final = "status.json"
 RUN_FILE: Final = "run.json"
 VERDICTS_FILE: Final = "verdicts.json"
+QUALITY_FILE: Final = "quality.json"
 SUMMARY_FILE: Final = "summary.json"
 TEACHER_FILE: Final = "teacher.json"
 LOG_FILE: Final = "server.log"

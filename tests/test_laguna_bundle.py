@@ -1,0 +1,255 @@
+"""The Laguna 102 tok/s record as a sealed-evidence bundle: built, verified, tampered, refused.
+
+`repro/laguna-102tps/` is committed; these tests also build it again from
+`manifests/laguna-102tps.toml` and the real evidence in shared/records, then change one piece of
+that evidence at a time before sealing again and prove that the claim it backs fails.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from builder import bundle
+from builder.build import BuildRefused, build
+from builder.cli import main
+from builder.errors import BadInput
+from builder.keys import SigningKey, TrustedKeys
+from builder.lock import EvidenceClass
+from builder.manifest import Manifest
+from builder.seal import BundleContent, seal
+from builder.verify import VerifyReport, verify
+from launch.run import RunPlan, run_profile
+
+REPO = Path(__file__).resolve().parent.parent
+MANIFEST = REPO / "manifests" / "laguna-102tps.toml"
+COMMITTED = REPO / "repro" / "laguna-102tps"
+KEY = SigningKey.from_path(REPO / "keys" / "example.key")
+TRUSTED = TrustedKeys.from_key_file(REPO / "keys" / "example.pub")
+RUN = "evidence/run"
+
+
+def failed(report: VerifyReport) -> list[str]:
+    return [check.claim for check in report.checks if not check.ok]
+
+
+def values(report: VerifyReport) -> dict[str, tuple[str, str]]:
+    return {c.claim: (c.evidence.value, c.value) for c in report.checks}
+
+
+def test_the_committed_bundle_verifies_and_prints_every_recomputed_value() -> None:
+    report = verify(COMMITTED, TRUSTED)
+    assert report.ok, failed(report)
+    shown = values(report)
+    historical = shown["throughput median N/span, the historical mislabelled convention"]
+    conventional = shown["throughput median (N-1)/span, the conventional rate"]
+    assert historical == ("sealed", "102.97143559613157 tok/s")
+    assert conventional == ("sealed", "101.94172124017027 tok/s")
+    assert shown["token ids = teacher"] == ("sealed", "13/13 rows")
+    assert shown["text sha256 = teacher"] == ("sealed", "13/13 rows")
+    assert shown["cached_tokens"] == ("sealed", "0 on 13/13 rows")
+    ranks = "Worker_TP0_EP0: 1, Worker_TP1_EP1: 1, Worker_TP2_EP2: 1, Worker_TP3_EP3: 1"
+    assert shown["log marker graph-captured"] == ("sealed", ranks)
+    assert shown["log marker graph-replayed"] == ("sealed", ranks)
+    assert shown["log marker dflash-fp8-w8a16-projections"] == ("sealed", ranks)
+    assert shown["speculative decoding accepted / draft tokens"] == (
+        "sealed", "4747/17699 over 1609 drafts",
+    )  # fmt: skip
+    assert shown["accepted per position"] == (
+        "sealed", "1171, 847, 631, 497, 397, 328, 248, 204, 172, 140, 112",
+    )  # fmt: skip
+    assert shown["cleanup status"] == (
+        "sealed", "idle_status=0, original_status=0, stop_status=0, worker_status=0",
+    )  # fmt: skip
+    assert shown["idle snapshots"] == ("sealed", "13 before start, 13 after stop")
+    assert shown["models: release files = the record's listing"] == ("sealed", "32 files")
+    classes = {c.evidence for c in report.checks}
+    assert EvidenceClass.LIVE not in classes
+    assert {shown[k][0] for k in ("host", "sources", "python", "native modules")} == {"declared"}
+
+
+def test_building_it_again_from_the_manifest_gives_a_bundle_that_verifies(tmp_path: Path) -> None:
+    result = build(MANIFEST, KEY, tmp_path, tmp_path / "work")
+    assert result.run is None and result.lock.record is not None
+    assert verify(result.sealed.path, TRUSTED).ok
+    committed = json.loads((COMMITTED / bundle.LOCK).read_text())
+    rebuilt = json.loads((result.sealed.path / bundle.LOCK).read_text())
+    committed["bundle"].pop("manifest_path"), rebuilt["bundle"].pop("manifest_path")
+    committed["bundle"].pop("repro_version"), rebuilt["bundle"].pop("repro_version")
+    assert rebuilt == committed, "the same evidence seals the same claims"
+
+
+def reseal(tmp_path: Path, edit: Callable[[Path], None]) -> Path:
+    staging = tmp_path / "staging"
+    shutil.copytree(COMMITTED, staging)
+    edit(staging)
+    content = BundleContent(
+        name=COMMITTED.name,
+        manifest=staging / bundle.MANIFEST,
+        manifest_source="manifests/laguna-102tps.toml",
+        lock=json.loads((staging / bundle.LOCK).read_text()),
+        oracle={p.name: p for p in (staging / bundle.ORACLE_DIR).iterdir()},
+        evidence={p.name: p for p in (staging / bundle.EVIDENCE_DIR).iterdir()},
+    )
+    (tmp_path / "out").mkdir()
+    return seal(content, KEY, tmp_path / "out").path
+
+
+def _bench(change: Callable[[list[dict[str, object]]], None]) -> Callable[[Path], None]:
+    def edit(root: Path) -> None:
+        path = root / RUN / "bench.json"
+        document = json.loads(path.read_text())
+        change(document["rows"])
+        path.write_text(json.dumps(document))
+
+    return edit
+
+
+def _one_token(rows: list[dict[str, object]]) -> None:
+    ids = rows[4]["token_ids"]
+    assert isinstance(ids, list)
+    ids[17] += 1
+
+
+def _cached_one(rows: list[dict[str, object]]) -> None:
+    usage = rows[7]["usage"]
+    assert isinstance(usage, dict)
+    usage["prompt_tokens_details"]["cached_tokens"] = 1
+
+
+def _log(change: Callable[[list[str]], list[str]]) -> Callable[[Path], None]:
+    def edit(root: Path) -> None:
+        path = root / RUN / "server.log"
+        lines = path.read_bytes().decode().split("\n")
+        path.write_bytes("\n".join(change(lines)).encode())
+
+    return edit
+
+
+def _without_first(marker: str) -> Callable[[list[str]], list[str]]:
+    def change(lines: list[str]) -> list[str]:
+        index = next(i for i, line in enumerate(lines) if marker in line)
+        return lines[:index] + lines[index + 1 :]
+
+    return change
+
+
+def _doubled_rank(lines: list[str]) -> list[str]:
+    line = next(x for x in lines if "Replayed audited breakable cudagraph" in x and "TP2" in x)
+    return [*lines, line]
+
+
+def _flat_curve(root: Path) -> None:
+    path = root / RUN / "metrics-after-suite.prom"
+    text = path.read_text()
+    for position, value in enumerate((1171, 847, 631, 497, 397, 328, 248, 204, 172, 140, 112)):
+        before = _before_count(root, position)
+        text = text.replace(
+            f'position="{position}"}} {float(before + value)}',
+            f'position="{position}"}} {float(before + 431)}',
+        )
+    path.write_text(text)
+
+
+def _before_count(root: Path, position: int) -> int:
+    for line in (root / RUN / "metrics-before-suite.prom").read_text().splitlines():
+        if "accepted_tokens_per_pos_total" in line and f'position="{position}"' in line:
+            return int(float(line.rsplit(" ", 1)[1]))
+    return 0
+
+
+def _cleanup_nonzero(root: Path) -> None:
+    path = root / RUN / "cleanup-status.txt"
+    path.write_text(path.read_text().replace("worker_status=0", "worker_status=1"))
+
+
+def _idle_removed(root: Path) -> None:
+    (root / RUN / "idle-interval" / "poststop-12.json").unlink()
+
+
+TAMPERING = {
+    "one token in one row": (
+        _bench(_one_token),
+        ["oracle.rows = bench rows", "token ids = teacher", "gate exact_token_ids"],
+    ),
+    "a cached_tokens value set to 1": (
+        _bench(_cached_one),
+        ["cached_tokens", "gate cached_tokens_zero"],
+    ),
+    "one marker line removed": (
+        _log(_without_first("Captured audited breakable cudagraph")),
+        ["log marker graph-captured", "gate log_marker:graph-captured"],
+    ),
+    "one rank's count changed": (
+        _log(_doubled_rank),
+        ["log marker graph-replayed", "gate log_marker:graph-replayed"],
+    ),
+    "a spec-decode counter flattened": (
+        _flat_curve,
+        ["accepted per position", "gate spec_decode"],
+    ),
+    "a cleanup status non-zero": (_cleanup_nonzero, ["cleanup status"]),
+    "an idle snapshot removed": (_idle_removed, ["idle snapshots"]),
+}
+
+
+@pytest.mark.parametrize("case", TAMPERING, ids=list(TAMPERING))
+def test_evidence_changed_before_sealing_fails_the_claim_it_backs(
+    tmp_path: Path, case: str
+) -> None:
+    edit, claims = TAMPERING[case]
+    report = verify(reseal(tmp_path, edit), TRUSTED)
+    assert report.findings == (), "the signature and every digest hold"
+    assert failed(report) == claims
+
+
+def test_a_build_from_tampered_evidence_is_refused_by_the_records_own_gates(
+    tmp_path: Path,
+) -> None:
+    record = tmp_path / "records" / "laguna-102tps"
+    shutil.copytree(REPO.parent / "shared" / "records" / "laguna-102tps", record)
+    bench = record / "evidence" / "record-run" / "bench.json"
+    document = json.loads(bench.read_text())
+    _one_token(document["rows"])
+    bench.write_text(json.dumps(document))
+    manifest = tmp_path / "manifests" / "laguna-102tps.toml"
+    manifest.parent.mkdir()
+    manifest.write_text(MANIFEST.read_text().replace("../../shared/records/", "../records/"))
+    shutil.copytree(REPO / "manifests" / "suites", manifest.parent / "suites")
+    with pytest.raises(BuildRefused) as refused:
+        build(manifest, KEY, tmp_path, tmp_path / "work")
+    assert [d.subject for d in refused.value.drifts] == ["exact_token_ids"]
+    assert not (tmp_path / "laguna-102tps").exists()
+
+
+def test_a_launch_here_is_refused_at_preflight_listing_every_missing_fact(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    code = main(["launch", str(COMMITTED), "--key", str(REPO / "keys" / "example.pub"),
+                 "--runs", str(tmp_path), "--json"])  # fmt: skip
+    report = json.loads(capsys.readouterr().out)["preflight"]
+    assert code == 1
+    subjects = {d["subject"] for d in report["drifts"]}
+    assert "python: /home/steve/.venvs/deepseek-v4-xpu/pyvenv.cfg" in subjects
+    assert "accelerator 8086:e223" in subjects
+    assert {"os_release", "kernel"} <= subjects
+    assert {"model target poolside/Laguna-S-2.1-INT4",
+            "model draft poolside/Laguna-S-2.1-DFlash-INT4"} <= subjects  # fmt: skip
+    assert {f"source {name}" for name in (
+        "vllm", "kernel_record_tree", "attention_runtime_tree", "native_base_tree",
+        "xpumem_source_tree")} <= subjects  # fmt: skip
+    assert list(tmp_path.iterdir()) == [], "nothing was started or written"
+
+
+def test_its_suite_cannot_be_replayed_and_a_run_says_so_before_anything_starts(
+    tmp_path: Path,
+) -> None:
+    manifest = Manifest.from_path(MANIFEST)
+    with pytest.raises(BadInput) as refused:
+        run_profile(RunPlan(manifest, manifest.oracle.teacher, tmp_path / "run"))
+    assert "this suite cannot be replayed" in str(refused.value)
+    assert not (tmp_path / "run").exists()
