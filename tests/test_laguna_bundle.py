@@ -253,3 +253,19 @@ def test_its_suite_cannot_be_replayed_and_a_run_says_so_before_anything_starts(
         run_profile(RunPlan(manifest, manifest.oracle.teacher, tmp_path / "run"))
     assert "this suite cannot be replayed" in str(refused.value)
     assert not (tmp_path / "run").exists()
+
+
+def test_building_the_fp8_kv_lane_here_is_refused_with_every_unmet_precondition(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    manifest = REPO / "manifests" / "fp8-kv.toml"
+    code = main(["build", str(manifest), "--signing-key", str(REPO / "keys" / "example.key"),
+                 "--out", str(tmp_path), "--json"])  # fmt: skip
+    document = json.loads(capsys.readouterr().out)
+    assert code == 1 and document["ok"] is False
+    kinds = {(d["kind"], d["subject"]) for d in document["drifts"]}
+    assert ("host", "accelerator 8086:e223") in kinds
+    assert ("model-directory", "model target poolside/Laguna-S-2.1-INT4") in kinds
+    assert ("source-tree", "source vllm") in kinds
+    assert any(kind == "not-observable" for kind, _ in kinds), "the venv is not here"
+    assert list(tmp_path.iterdir()) == [], "no bundle, nothing half-written"
