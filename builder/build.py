@@ -18,14 +18,13 @@ from typing import Any
 from builder import imported
 from builder.audit import module_file_stems
 from builder.canonical import canonical_json
-from builder.claims import environments_claim, oracle_claim, roles_claim
+from builder.claims import bundle_claim, environments_claim, oracle_claim, roles_claim
 from builder.drift import Drift, DriftKind
 from builder.errors import ReproError
 from builder.hashing import sha256_file
 from builder.kernels import KernelSet
 from builder.keys import SigningKey
 from builder.lock import (
-    BundleClaim,
     EvidenceClass,
     HostClaim,
     LaunchClaim,
@@ -39,7 +38,6 @@ from builder.manifest import Manifest, Suite
 from builder.observations import Observations, drifts, observe
 from builder.observe.python import placeholder_path
 from builder.seal import BundleContent, SealedBundle, check_destination, seal
-from builder.statement import repro_version
 from launch.evidence import Teacher
 from launch.run import RunPlan, RunRecord, capture_teacher, run_profile
 from launch.runrecord import (
@@ -196,13 +194,7 @@ def assemble_lock(
     first_audit = record.starts[0].audit if record.starts else None
     audit = first_audit.processes if first_audit is not None else ()
     return Lock(
-        bundle=BundleClaim(
-            name=manifest.bundle.name,
-            description=manifest.bundle.description,
-            manifest_sha256=sha256_file(Path(manifest_source)),
-            manifest_path=manifest_source,
-            repro_version=repro_version(),
-        ),
+        bundle=bundle_claim(manifest, manifest_source),
         host=HostClaim(
             evidence=EvidenceClass.LIVE,
             facts=observed.host.to_json(),

@@ -6,11 +6,13 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from builder.canonical import canonical_json
-from builder.hashing import sha256_bytes
+from builder.hashing import sha256_bytes, sha256_file
 from builder.lock import (
+    BundleClaim,
     EvidenceClass,
     MappedObject,
     OracleClaim,
@@ -19,6 +21,7 @@ from builder.lock import (
 )
 from builder.manifest import Manifest, Suite
 from builder.observe.python import placeholder_path
+from builder.statement import repro_version
 from launch.evidence import OracleRow
 from launch.throughput import measure
 
@@ -34,6 +37,17 @@ class ClaimCheck:
     value: str
     ok: bool
     detail: str = ""
+
+
+def bundle_claim(manifest: Manifest, manifest_source: str) -> BundleClaim:
+    """The bundle's name, its manifest's digest and where the build was given it."""
+    return BundleClaim(
+        name=manifest.bundle.name,
+        description=manifest.bundle.description,
+        manifest_sha256=sha256_file(Path(manifest_source)),
+        manifest_path=manifest_source,
+        repro_version=repro_version(),
+    )
 
 
 def oracle_claim(

@@ -18,12 +18,11 @@ from typing import Any
 
 from builder import bundle
 from builder.canonical import canonical_json
-from builder.claims import ClaimCheck, oracle_claim
+from builder.claims import ClaimCheck, bundle_claim, oracle_claim
 from builder.errors import BadInput
 from builder.hashing import sha256_bytes, sha256_file
 from builder.keys import SigningKey
 from builder.lock import (
-    BundleClaim,
     EvidenceClass,
     HostClaim,
     LaunchClaim,
@@ -36,7 +35,6 @@ from builder.lock import (
 )
 from builder.manifest import Evidence, Manifest, Suite
 from builder.seal import BundleContent, SealedBundle, seal
-from builder.statement import repro_version
 from launch import gates
 from launch.evidence import Teacher, Verdict
 from launch.records import (
@@ -199,13 +197,7 @@ def assemble_lock(
     suite = manifest.load_suite()
     oracle = oracle_claim(manifest, suite, record.bench.rows, suite_sha256, teacher_sha256)
     return Lock(
-        bundle=BundleClaim(
-            name=manifest.bundle.name,
-            description=manifest.bundle.description,
-            manifest_sha256=sha256_file(Path(manifest_source)),
-            manifest_path=manifest_source,
-            repro_version=repro_version(),
-        ),
+        bundle=bundle_claim(manifest, manifest_source),
         host=HostClaim(
             evidence=declared,
             facts=identity.get("host", {}),
