@@ -25,6 +25,7 @@ from builder.drift import Drift, DriftKind
 from builder.elf import ElfError, ElfInfo
 from builder.errors import NotObservable
 from builder.hashing import sha256_file
+from builder.kernels import Category, Platform, classify
 from builder.ldcache import LdCache
 from builder.loader import (
     Closure,
@@ -56,6 +57,10 @@ class AuditPolicy:
     roles: Mapping[str, int] = field(default_factory=dict)
     preload: tuple[str, ...] = ()
     """Real paths the stack itself may put in LD_PRELOAD; any other entry is drift."""
+    platforms: tuple[Platform, ...] = ()
+    """Platform sets (`kernels/`): a driver library from the driver's roots or a kernel
+    compiled at run time into a JIT directory may lie outside the allowed roots; its hash is
+    still recorded."""
 
 
 @dataclass(frozen=True)
@@ -426,7 +431,9 @@ def _root_drifts(explainer: _Explainer, policy: AuditPolicy) -> list[Drift]:
                     why=f"loaded by {verdict.reason if verdict else 'LD_PRELOAD'}",
                 )
             )
-        elif not under_roots(mapped.path, roots):
+        elif not under_roots(mapped.path, roots) and not _platform_allows(
+            mapped.path, rule, policy.platforms
+        ):
             drifts.append(
                 Drift(
                     kind=DriftKind.UNEXPECTED_MAPPING,
@@ -437,6 +444,11 @@ def _root_drifts(explainer: _Explainer, policy: AuditPolicy) -> list[Drift]:
                 )
             )
     return drifts
+
+
+def _platform_allows(path: str, rule: str, platforms: Sequence[Platform]) -> bool:
+    allowed = (Category.DRIVER, Category.JIT)
+    return any(classify(path, rule, platform)[0] in allowed for platform in platforms)
 
 
 def _file_drifts(tree: TreeSnapshot) -> list[Drift]:

@@ -53,6 +53,14 @@ def configure_parser(parser: argparse.ArgumentParser) -> None:
         help="a library the stack itself may put in LD_PRELOAD (repeatable)",
     )
     parser.add_argument(
+        "--kernel-set",
+        action="append",
+        default=[],
+        metavar="NAME",
+        help="a platform set of kernels/ (cuda, xpu, cpu): driver libraries and JIT artifacts "
+        "it names may lie outside the allowed roots (repeatable)",
+    )
+    parser.add_argument(
         "--manifest",
         type=Path,
         help="take allowed roots, modules, preloads and roles from a manifest instead",
@@ -74,6 +82,7 @@ def execute(args: argparse.Namespace) -> int:
             modules=args.module,
             roles=parse_roles(args.role),
             preload=args.allow_preload,
+            kernel_sets=args.kernel_set,
         )
     report = judge_tree(tree, policy)
     if args.json:

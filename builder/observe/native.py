@@ -14,6 +14,7 @@ from pathlib import Path
 from rich.progress import Progress, SpinnerColumn, TextColumn
 
 from builder.audit import AuditPolicy, AuditReport, LoaderInputs, judge
+from builder.kernels import KernelSet
 from builder.loaderhost import HostFileSystem, host_config, read_cache
 from builder.manifest import Manifest
 from builder.observe.processes import TreeSnapshot, snapshot_tree
@@ -30,6 +31,7 @@ def policy_from_manifest(manifest: Manifest) -> AuditPolicy:
         forbidden_env=native.forbidden_environment,
         roles=dict(manifest.launch.processes),
         preload=_real(expand_all(native.preload, values)),
+        platforms=tuple(KernelSet.load(name).platform for name in native.kernel_sets),
     )
 
 
@@ -41,12 +43,17 @@ def policy_from_flags(
     modules: Sequence[str],
     roles: dict[str, int],
     preload: Sequence[str],
+    kernel_sets: Sequence[str] = (),
 ) -> AuditPolicy:
     """Without a manifest: the roots given, else the loader's system directories and the
     prefix (`bin/..`) of every executable, both the real one and the one it was started as."""
     roots = tuple(allowed_roots) or (*system_dirs, *_executable_prefixes(tree))
     return AuditPolicy(
-        allowed_roots=_real(roots), modules=tuple(modules), roles=roles, preload=_real(preload)
+        allowed_roots=_real(roots),
+        modules=tuple(modules),
+        roles=roles,
+        preload=_real(preload),
+        platforms=tuple(KernelSet.load(name).platform for name in kernel_sets),
     )
 
 
