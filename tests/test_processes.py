@@ -151,3 +151,28 @@ def test_a_mapped_device_node_is_recorded_without_reading_it() -> None:
     node = read_mapped_file(os.getpid(), node_id, mapping)
     assert node.device_node and not node.is_elf and not node.replaced
     assert node.error is None and node.sha256 is None
+
+
+def test_a_child_that_exited_during_the_audit_is_reported_not_a_crash() -> None:
+    # The child exits at once and its parent never reaps it: a zombie, listed by the tree
+    # but with nothing left to read, as a process that exits mid-audit leaves things.
+    parent = subprocess.Popen(
+        [sys.executable, "-c", "import subprocess,time; subprocess.Popen(['true']); "
+         "print('ready', flush=True); time.sleep(60)"],
+        stdout=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    try:
+        assert parent.stdout is not None and parent.stdout.readline().strip() == "ready"
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline:
+            children = psutil.Process(parent.pid).children()
+            if children and children[0].status() == psutil.STATUS_ZOMBIE:
+                break
+            time.sleep(0.05)
+        tree = snapshot_tree(parent.pid)
+        (gone,) = [p for p in tree.processes if p.pid != parent.pid]
+        assert gone.error == "exited during the audit"
+        assert gone.files == ()
+    finally:
+        parent.kill()
+        parent.wait()
