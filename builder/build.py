@@ -104,7 +104,10 @@ def build(
     if found:
         raise BuildRefused("this host does not hold the manifest", found, where=str(manifest_path))
     say(f"running the teacher profile {manifest.oracle.teacher!r}")
-    record = run_profile(RunPlan(manifest, manifest.oracle.teacher, run_dir))
+    record = run_profile(
+        RunPlan(manifest, manifest.oracle.teacher, run_dir),
+        observe=lambda event: say(f"  start {event.start} {event.kind}: {event.message}"),
+    )
     if not record.passed:
         refusals = [_verdict_drift(v.gate, v.summary) for v in record.verdicts if not v.passed]
         if record.error is not None:

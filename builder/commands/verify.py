@@ -9,7 +9,11 @@ nothing. Exit 0 when everything holds, 1 on any drift or failed claim.
 from __future__ import annotations
 
 import argparse
+import sys
 from pathlib import Path
+
+from rich.console import Console
+from rich.status import Status
 
 from builder.commands._shared import add_trust_arguments, print_report, report_document, trusted
 from builder.errors import ExitCode
@@ -31,7 +35,12 @@ def configure_parser(parser: argparse.ArgumentParser) -> None:
 
 
 def execute(args: argparse.Namespace) -> int:
-    report = verify(args.bundle, trusted(args), host=args.host, anchor=args.anchor)
+    what = "hashing every file, recomputing every claim" + (
+        ", observing this host" if args.host else ""
+    )
+    quiet = args.json or not sys.stderr.isatty()
+    with Status(f"verifying {args.bundle}: {what}", console=Console(stderr=True, quiet=quiet)):
+        report = verify(args.bundle, trusted(args), host=args.host, anchor=args.anchor)
     if args.json:
         write_json(report_document(report))
     else:
