@@ -248,3 +248,33 @@ def _cache_platform(
         platform_bit=None if platform == (1 << 64) - 1 else 1 << platform,
         os_version=os_version(diagnostics.get("uname.release", "")),
     )
+
+
+class RememberingFileSystem:
+    """A file-system view that reads each path once: one audit or verification asks for the
+    same few hundred objects from every process and closure, and the files do not change
+    under it. Make a new one for each judgement; it never outlives it."""
+
+    def __init__(self, inner: HostFileSystem) -> None:
+        self._inner = inner
+        self._elves: dict[str, ElfInfo | None] = {}
+        self._ids: dict[str, FileId | None] = {}
+        self._real: dict[str, str] = {}
+
+    def read_elf(self, path: str) -> ElfInfo | None:
+        if path not in self._elves:
+            self._elves[path] = self._inner.read_elf(path)
+        return self._elves[path]
+
+    def file_id(self, path: str) -> FileId | None:
+        if path not in self._ids:
+            self._ids[path] = self._inner.file_id(path)
+        return self._ids[path]
+
+    def realpath(self, path: str) -> str:
+        if path not in self._real:
+            self._real[path] = self._inner.realpath(path)
+        return self._real[path]
+
+    def cwd(self) -> str:
+        return self._inner.cwd()

@@ -38,6 +38,7 @@ from builder.errors import BadInput, ExitCode, ReproError
 from builder.kernels import runtime_markers
 from builder.manifest import Manifest, Suite
 from builder.observe.native import judge_tree, observe_tree, policy_from_manifest
+from builder.observe.processes import HashMemo
 from launch import gates, metrics, oracle, quality, registry
 from launch import server as lifecycle
 from launch.evidence import (
@@ -119,6 +120,8 @@ class _Run:
     suite: Suite
     directory: RunDirectory
     notify: Observer
+    memo: HashMemo = field(default_factory=HashMemo)
+    """Digests of mapped files, shared by the audits of the run's fresh starts."""
 
 
 @dataclass
@@ -298,7 +301,7 @@ def _ready(run: _Run, record: StartRecord, server: lifecycle.RunningServer) -> N
 def _serve(run: _Run, record: StartRecord, server: lifecycle.RunningServer) -> None:
     plan, directory, notify = run.plan, run.directory, run.notify
     with _timed(record, "audit"):
-        record.audit = _audit(plan.manifest, directory, record, server.pid)
+        record.audit = _audit(run, record, server.pid)
     notify(Event("audited", record.start, _audit_line(record.audit), pid=server.pid))
     with oracle.client_for(server.base_url) as client:
         with _timed(record, "metrics"):
@@ -318,11 +321,11 @@ def _serve(run: _Run, record: StartRecord, server: lifecycle.RunningServer) -> N
     record.metrics = metrics.delta(before, after)
 
 
-def _audit(
-    manifest: Manifest, directory: RunDirectory, record: StartRecord, pid: int
-) -> AuditReport:
+def _audit(run: _Run, record: StartRecord, pid: int) -> AuditReport:
     """The live audit of every process of the tree, one evidence file per role."""
-    report = judge_tree(observe_tree(pid, show_progress=False), policy_from_manifest(manifest))
+    manifest, directory = run.plan.manifest, run.directory
+    tree = observe_tree(pid, show_progress=False, memo=run.memo)
+    report = judge_tree(tree, policy_from_manifest(manifest))
     document = report_document(report)
     processes = cast(list[dict[str, Any]], document.pop("processes"))
     by_role: dict[str, list[dict[str, Any]]] = {}

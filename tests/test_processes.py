@@ -15,7 +15,7 @@ import pytest
 
 from builder.errors import NotObservable
 from builder.hashing import sha256_file
-from builder.observe.processes import classify_role, read_mapped_file, snapshot_tree
+from builder.observe.processes import HashMemo, classify_role, read_mapped_file, snapshot_tree
 from builder.procmaps import FileId, Mapping
 
 # A child that maps a copy of a shared library, reports ready, and sleeps until killed.
@@ -157,7 +157,7 @@ def test_a_child_that_exited_during_the_audit_is_reported_not_a_crash() -> None:
     # The child exits at once and its parent never reaps it: a zombie, listed by the tree
     # but with nothing left to read, as a process that exits mid-audit leaves things.
     parent = subprocess.Popen(
-        [sys.executable, "-c", "import subprocess,time; subprocess.Popen(['true']); "
+        [sys.executable, "-c", "import os,time; os.spawnv(os.P_NOWAIT, '/bin/true', ['true']); "
          "print('ready', flush=True); time.sleep(60)"],
         stdout=subprocess.PIPE, text=True,
     )  # fmt: skip
@@ -176,3 +176,25 @@ def test_a_child_that_exited_during_the_audit_is_reported_not_a_crash() -> None:
     finally:
         parent.kill()
         parent.wait()
+
+
+def test_a_memo_shared_by_snapshots_reads_a_file_rewritten_in_place_again(
+    mapper: subprocess.Popen[str], library_copy: Path
+) -> None:
+    memo = HashMemo()
+    (before,) = [
+        f for f in snapshot_tree(mapper.pid, memo=memo).files.values()
+        if f.path == str(library_copy)
+    ]  # fmt: skip
+    with library_copy.open("r+b") as stream:  # same inode, other bytes, a new change time
+        stream.seek(-1, 2)
+        last = stream.read(1)
+        stream.seek(-1, 2)
+        stream.write(bytes([last[0] ^ 0xFF]))
+    (after,) = [
+        f for f in snapshot_tree(mapper.pid, memo=memo).files.values()
+        if f.path == str(library_copy)
+    ]  # fmt: skip
+    assert before.sha256 != after.sha256 == sha256_file(library_copy)
+    assert (again := snapshot_tree(mapper.pid, memo=memo).files[after.file_id]) == after
+    assert again.sha256 == after.sha256

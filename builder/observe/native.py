@@ -15,9 +15,9 @@ from rich.progress import Progress, SpinnerColumn, TextColumn
 
 from builder.audit import AuditPolicy, AuditReport, LoaderInputs, judge
 from builder.kernels import KernelSet
-from builder.loaderhost import HostFileSystem, host_config, read_cache
+from builder.loaderhost import HostFileSystem, RememberingFileSystem, host_config, read_cache
 from builder.manifest import Manifest
-from builder.observe.processes import TreeSnapshot, snapshot_tree
+from builder.observe.processes import HashMemo, TreeSnapshot, snapshot_tree
 from builder.observe.python import expand_all, path_values
 
 
@@ -57,7 +57,7 @@ def policy_from_flags(
     )
 
 
-def observe_tree(pid: int, *, show_progress: bool) -> TreeSnapshot:
+def observe_tree(pid: int, *, show_progress: bool, memo: HashMemo | None = None) -> TreeSnapshot:
     with Progress(
         SpinnerColumn(),
         TextColumn("{task.description}"),
@@ -66,13 +66,16 @@ def observe_tree(pid: int, *, show_progress: bool) -> TreeSnapshot:
     ) as progress:
         task = progress.add_task("reading mappings")
         return snapshot_tree(
-            pid, progress=lambda path: progress.update(task, description=f"hashing {path}")
+            pid,
+            progress=lambda path: progress.update(task, description=f"hashing {path}"),
+            memo=memo,
         )
 
 
 def judge_tree(tree: TreeSnapshot, policy: AuditPolicy) -> AuditReport:
     """Judge `tree` with this host's loader, cache and files."""
-    loader = LoaderInputs(config=host_config(), cache=read_cache(), fs=HostFileSystem.here())
+    fs = RememberingFileSystem(HostFileSystem.here())
+    loader = LoaderInputs(config=host_config(), cache=read_cache(), fs=fs)
     return judge(tree, policy, loader)
 
 

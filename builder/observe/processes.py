@@ -8,6 +8,7 @@ that exits during the snapshot, or whose maps cannot be read, is recorded with t
 
 from __future__ import annotations
 
+import dataclasses
 import re
 import stat
 from collections.abc import Callable, Iterable
@@ -115,8 +116,36 @@ def pid_listening_on(port: int) -> int:
     return min(pids)
 
 
-def snapshot_tree(root_pid: int, progress: Callable[[str], None] | None = None) -> TreeSnapshot:
-    """Every process of the tree rooted at `root_pid`, its mappings, each file hashed once."""
+class HashMemo:
+    """Digests of mapped files already read, for the snapshots of one run (a server started
+    again maps the same files). A file is known by its identity, size and change time, so one
+    rewritten in place (same inode, new bytes, new ctime) is read again."""
+
+    def __init__(self) -> None:
+        self._known: dict[tuple[FileId, int, int, int], MappedFile] = {}
+
+    def key(self, source: Path, file_id: FileId) -> tuple[FileId, int, int, int] | None:
+        try:
+            status = source.stat()
+        except OSError:
+            return None
+        return (file_id, status.st_size, status.st_mtime_ns, status.st_ctime_ns)
+
+    def get(self, key: tuple[FileId, int, int, int] | None) -> MappedFile | None:
+        return None if key is None else self._known.get(key)
+
+    def put(self, key: tuple[FileId, int, int, int] | None, mapped: MappedFile) -> None:
+        if key is not None and mapped.error is None:
+            self._known[key] = mapped
+
+
+def snapshot_tree(
+    root_pid: int,
+    progress: Callable[[str], None] | None = None,
+    memo: HashMemo | None = None,
+) -> TreeSnapshot:
+    """Every process of the tree rooted at `root_pid`, its mappings, each file hashed once
+    (and, with `memo`, once across the snapshots that share it)."""
     try:
         root = psutil.Process(root_pid)
         members = [root, *root.children(recursive=True)]
@@ -133,7 +162,7 @@ def snapshot_tree(root_pid: int, progress: Callable[[str], None] | None = None) 
             if file_id not in files:
                 if progress is not None:
                     progress(group[0].path or "")
-                files[file_id] = read_mapped_file(process.pid, file_id, group[0])
+                files[file_id] = _read_remembered(process.pid, file_id, group[0], memo)
     return TreeSnapshot(root_pid=root_pid, processes=tuple(processes), files=files)
 
 
@@ -178,6 +207,22 @@ def _failed(pid: int, reason: str) -> ProcessSnapshot:
         files=(),
         error=reason,
     )
+
+
+def _read_remembered(
+    pid: int, file_id: FileId, mapping: Mapping, memo: HashMemo | None
+) -> MappedFile:
+    if memo is None:
+        return read_mapped_file(pid, file_id, mapping)
+    key = memo.key(Path(f"/proc/{pid}/map_files/{mapping.range_name}"), file_id)
+    known = memo.get(key)
+    if known is not None and known.path == mapping.path and known.deleted == mapping.deleted:
+        # The identity and change time say these are the same bytes; where it is now is new.
+        current = _current_id(known.path)
+        return dataclasses.replace(known, replaced=current is not None and current != file_id)
+    mapped = read_mapped_file(pid, file_id, mapping)
+    memo.put(key, mapped)
+    return mapped
 
 
 def read_mapped_file(pid: int, file_id: FileId, mapping: Mapping) -> MappedFile:
