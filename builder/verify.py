@@ -27,8 +27,8 @@ from builder.errors import BadInput, ReproError
 from builder.hashing import sha256_bytes, sha256_file
 from builder.integrity import verify_bundle
 from builder.keys import TrustedKeys
-from builder.loader import dlopen_closure, executable_closure
-from builder.loaderhost import HostFileSystem, host_config, read_cache
+from builder.loader import FileSystem, dlopen_closure, executable_closure
+from builder.loaderhost import HostFileSystem, RememberingFileSystem, host_config, read_cache
 from builder.lock import EvidenceClass, Lock, MappedObject
 from builder.manifest import Manifest, Suite, expand
 from builder.observations import Observations, drifts, observe
@@ -322,7 +322,7 @@ def role_shadowing(
         return []
     config, cache = host_config(env), read_cache()
     # The server starts in a fresh, empty directory (`launch.spec`): resolve from one.
-    fs = HostFileSystem(tempfile.mkdtemp(prefix="repro-cwd-"))
+    fs = RememberingFileSystem(HostFileSystem(tempfile.mkdtemp(prefix="repro-cwd-")))
     locked = {fs.realpath(expand(o.path, values)): o for o in objects}
     startup = executable_closure(expand(executable.path, values), config=config, cache=cache, fs=fs)
     resolutions = list(startup.resolutions)
@@ -355,7 +355,7 @@ def role_shadowing(
 
 
 def _locked_for(
-    need: str, objects: tuple[MappedObject, ...], fs: HostFileSystem, values: Mapping[str, str]
+    need: str, objects: tuple[MappedObject, ...], fs: FileSystem, values: Mapping[str, str]
 ) -> str:
     for obj in objects:
         info = fs.read_elf(expand(obj.path, values))
