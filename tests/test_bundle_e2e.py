@@ -21,6 +21,7 @@ from builder import bundle, tinymodel
 from builder.build import BuildResult, build
 from builder.drift import DriftKind
 from builder.keys import SigningKey, TrustedKeys
+from builder.manifest import Manifest
 from builder.seal import BundleContent, seal
 from builder.verify import VerifyReport, verify
 from launch.replay import launch
@@ -213,9 +214,11 @@ def test_a_model_file_swapped_for_another_of_the_same_size_is_refused(
     data[-1] ^= 0xFF
     weights.write_bytes(bytes(data))
     report = verify(bundle_path, TRUSTED, host=True, anchor=anchored_copy)
-    subjects = {d.subject for d in report.findings}
-    assert any(s.endswith("model.safetensors") for s in subjects), subjects
-    assert "model target: model.safetensors" in subjects
+    (drift,) = report.findings
+    assert (drift.kind, drift.subject) == (DriftKind.MODEL_FILE, "{model.target}/model.safetensors")
+    pinned = Manifest.from_path(TINY_MANIFEST).models[0].files["model.safetensors"]
+    assert drift.expected == f"sha256 {pinned}"
+    assert drift.observed.startswith("sha256 ") and drift.observed != drift.expected
 
 
 def test_an_installed_file_of_a_package_modified_is_refused(bundle_path: Path) -> None:
