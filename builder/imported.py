@@ -10,7 +10,6 @@ recomputes from them is `sealed` and every claim it can only repeat is `declared
 from __future__ import annotations
 
 import json
-import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -60,7 +59,6 @@ METRICS_BEFORE = "metrics-before-suite.prom"
 METRICS_AFTER = "metrics-after-suite.prom"
 CLEANUP = "cleanup-status.txt"
 IDLE = "idle-interval"
-_FREEZE_LINE = re.compile(r"^(?P<name>[A-Za-z0-9_.\-]+)==(?P<version>\S+)$")
 
 
 @dataclass(frozen=True)
@@ -271,14 +269,6 @@ def model_files_problems(manifest: Manifest, listing: str, where: str) -> list[s
         if not any(d == digest and (n == name or n.endswith("/" + name)) for d, n in listed):
             problems.append(f"{name} ({digest[:12]}…) is not in the listing under that name")
     return problems
-
-
-def pip_freeze(text: str) -> dict[str, str]:
-    return {
-        match["name"].lower().replace("_", "-"): match["version"]
-        for line in text.splitlines()
-        if (match := _FREEZE_LINE.match(line.strip()))
-    }
 
 
 def judge_record(manifest: Manifest) -> tuple[ImportedFiles, Record, tuple[Verdict, ...]]:
