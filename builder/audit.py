@@ -10,7 +10,9 @@ disagreement is a `Drift`: a mapping from outside the allowed roots, LD_PRELOAD,
 satisfies, a deleted or replaced file, a declared module no process maps, a process that
 could not be read, or process roles other than declared.
 
-`judge` is pure: the tree snapshot, the loader configuration and a file-system view are inputs.
+`judge` takes the tree snapshot, the loader configuration and a file-system view as inputs; the
+one read of its own is the bytes of a file the emulation predicts but no process maps, to tell
+origin drift (the same bytes elsewhere) from another library.
 """
 
 from __future__ import annotations

@@ -57,11 +57,7 @@ def print_report(report: AuditReport, *, objects: bool) -> None:
                     p.role,
                     p.name,
                     len(p.objects),
-                    ", ".join(
-                        f"{rule} {n}" for rule, n in Counter(o.rule for o in p.objects).items()
-                    )
-                    if p.error is None
-                    else p.error,
+                    _rule_counts(p.objects) if p.error is None else p.error,
                 )
                 for p in report.processes
             ),

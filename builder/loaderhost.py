@@ -20,7 +20,7 @@ from pathlib import Path
 
 from builder.elf import ElfError, ElfInfo, UnreadableFile, parse_elf, read_elf
 from builder.errors import NotObservable
-from builder.ldcache import CachePlatform, LdCache
+from builder.ldcache import AARCH64_CACHE_ID, X86_64_CACHE_ID, CachePlatform, LdCache
 from builder.loader import LoaderConfig
 from builder.procmaps import FileId
 
@@ -28,7 +28,7 @@ DEFAULT_INTERPRETER = "/lib64/ld-linux-x86-64.so.2"
 LD_SO_CACHE = "/etc/ld.so.cache"
 LD_SO_PRELOAD = "/etc/ld.so.preload"
 _ABSENT = (errno.ENOENT, errno.ENOTDIR, errno.EACCES)
-_CACHE_IDS = {("EM_X86_64", 64): 0x0303, ("EM_AARCH64", 64): 0x0A03}
+_CACHE_IDS = {("EM_X86_64", 64): X86_64_CACHE_ID, ("EM_AARCH64", 64): AARCH64_CACHE_ID}
 _DIAGNOSTIC = re.compile(r'^([\w.]+(?:\[0x[0-9a-f]+\])?)=(?:"(.*)"|(0x[0-9a-f]+))$')
 
 

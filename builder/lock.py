@@ -15,7 +15,7 @@ from typing import Any, Final, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from builder.canonical import canonical_json, parse_canonical
+from builder.canonical import parse_canonical
 from builder.errors import BadInput
 
 LOCK_SCHEMA: Final = "repro.lock/v1"
@@ -166,9 +166,6 @@ class Lock(_Frozen):
     """Set for a bundle sealed from imported evidence (`[evidence]`)."""
 
     model_config = ConfigDict(frozen=True, extra="forbid", populate_by_name=True)
-
-    def to_bytes(self) -> bytes:
-        return canonical_json(self.model_dump(mode="json", by_alias=True))
 
     @classmethod
     def from_bytes(cls, data: bytes, *, where: str) -> Lock:

@@ -60,7 +60,7 @@ def verify(
     integrity = verify_bundle(path, trusted)
     if not integrity.ok:
         return VerifyReport(path, integrity.key_ids, (), integrity.findings)
-    sealed = SealedBundle.read(path, anchor)
+    sealed = OpenedBundle.read(path, anchor)
     checks = recompute(sealed)
     if not host:
         return VerifyReport(path, integrity.key_ids, checks, ())
@@ -70,8 +70,8 @@ def verify(
 
 
 @dataclass(frozen=True)
-class SealedBundle:
-    """A bundle already proven intact, read for its claims and evidence."""
+class OpenedBundle:
+    """A bundle already proven intact (`builder.integrity`), read for its claims and evidence."""
 
     path: Path
     lock: Lock
@@ -79,7 +79,7 @@ class SealedBundle:
     suite: Suite
 
     @classmethod
-    def read(cls, path: Path, anchor: Path | None = None) -> SealedBundle:
+    def read(cls, path: Path, anchor: Path | None = None) -> OpenedBundle:
         lock = Lock.from_bytes((path / bundle.LOCK).read_bytes(), where=str(path / bundle.LOCK))
         text = (path / bundle.MANIFEST).read_text()
         base = anchor if anchor is not None else Path(lock.bundle.manifest_path).parent
@@ -101,7 +101,7 @@ class SealedBundle:
 # --- claims recomputed from the sealed evidence ------------------------------------------------
 
 
-def recompute(sealed: SealedBundle) -> tuple[ClaimCheck, ...]:
+def recompute(sealed: OpenedBundle) -> tuple[ClaimCheck, ...]:
     checks: list[ClaimCheck] = [_manifest_check(sealed)]
     try:
         if sealed.lock.record is not None:
@@ -119,14 +119,14 @@ def recompute(sealed: SealedBundle) -> tuple[ClaimCheck, ...]:
     return tuple(checks)
 
 
-def _manifest_check(sealed: SealedBundle) -> ClaimCheck:
+def _manifest_check(sealed: OpenedBundle) -> ClaimCheck:
     digest = sha256_file(sealed.path / bundle.MANIFEST)
     return _equal(
         "bundle.manifest_sha256", EvidenceClass.SEALED, digest, sealed.lock.bundle.manifest_sha256
     )
 
 
-def _oracle_checks(sealed: SealedBundle, rows: tuple[OracleRow, ...]) -> list[ClaimCheck]:
+def _oracle_checks(sealed: OpenedBundle, rows: tuple[OracleRow, ...]) -> list[ClaimCheck]:
     lock = sealed.lock.oracle
     suite_sha = sha256_file(sealed.oracle(SUITE_FILE))
     teacher_bytes = sealed.oracle(TEACHER_FILE).read_bytes()
@@ -173,7 +173,7 @@ def _oracle_checks(sealed: SealedBundle, rows: tuple[OracleRow, ...]) -> list[Cl
     return checks
 
 
-def _fresh_start_checks(sealed: SealedBundle, first: tuple[OracleRow, ...]) -> list[ClaimCheck]:
+def _fresh_start_checks(sealed: OpenedBundle, first: tuple[OracleRow, ...]) -> list[ClaimCheck]:
     checks = []
     for start in range(2, sealed.manifest.oracle.gates.fresh_starts + 1):
         again = _rows(sealed, start)
@@ -189,7 +189,7 @@ def _fresh_start_checks(sealed: SealedBundle, first: tuple[OracleRow, ...]) -> l
     return checks
 
 
-def _native_check(sealed: SealedBundle) -> ClaimCheck:
+def _native_check(sealed: OpenedBundle) -> ClaimCheck:
     audit_dir = sealed.evidence(f"start-1/{AUDIT_DIR}")
     values = sealed.observations()["values"]
     processes: list[SimpleNamespace] = []
@@ -218,7 +218,7 @@ def _native_check(sealed: SealedBundle) -> ClaimCheck:
     )
 
 
-def _gates_check(sealed: SealedBundle) -> ClaimCheck:
+def _gates_check(sealed: OpenedBundle) -> ClaimCheck:
     verdicts = json.loads(sealed.evidence(VERDICTS_FILE).read_text())
     failed = [v["gate"] for v in verdicts if v["status"] == "fail"]
     return ClaimCheck(
@@ -230,7 +230,7 @@ def _gates_check(sealed: SealedBundle) -> ClaimCheck:
     )
 
 
-def _observed_checks(sealed: SealedBundle) -> list[ClaimCheck]:
+def _observed_checks(sealed: OpenedBundle) -> list[ClaimCheck]:
     """The live claims against the observations the build recorded."""
     observed = sealed.observations()
     lock = sealed.lock
@@ -265,7 +265,7 @@ def _observed_checks(sealed: SealedBundle) -> list[ClaimCheck]:
 # --- this host against the lock ------------------------------------------------------------------
 
 
-def host_drifts(sealed: SealedBundle, observed: Observations) -> list[Drift]:
+def host_drifts(sealed: OpenedBundle, observed: Observations) -> list[Drift]:
     """This machine against the manifest, then against every file hash the lock pins."""
     # Model files: the manifest's pins are the lock's (recomputed offline), so the manifest's
     # comparison above already names every file that differs here.
@@ -292,7 +292,7 @@ def native_drifts(lock: Lock, values: Mapping[str, str]) -> list[Drift]:
             if obj.path in seen or obj.sha256 is None:
                 continue
             seen.add(obj.path)
-            path = _expand(obj.path, values)
+            path = expand(obj.path, values)
             digest = _digest(path)
             if digest != obj.sha256:
                 found.append(_lock_drift(f"{role}: {obj.path}", obj.sha256, digest))
@@ -364,10 +364,6 @@ def _locked_for(
     return "no locked library of that name"
 
 
-def _expand(template: str, values: Mapping[str, str]) -> str:
-    return expand(template, values)
-
-
 def _digest(path: str) -> str | None:
     try:
         return sha256_file(path)
@@ -385,7 +381,7 @@ def _lock_drift(subject: str, expected: str, observed: str | None) -> Drift:
     )
 
 
-def _rows(sealed: SealedBundle, start: int) -> tuple[OracleRow, ...]:
+def _rows(sealed: OpenedBundle, start: int) -> tuple[OracleRow, ...]:
     path = sealed.evidence(f"start-{start}/{ROWS_FILE}")
     if not path.is_file():
         raise BadInput("sealed evidence is missing", where=str(path))

@@ -26,9 +26,8 @@ from builder.canonical import canonical_json
 from builder.errors import ReproError
 from builder.hashing import sha256_file
 from builder.keys import SigningKey, TrustedKeys
-from builder.seal import BundleContent, seal
-from builder.seal import SealedBundle as SealedCopy
-from builder.verify import SealedBundle, VerifyReport, verify
+from builder.seal import BundleContent, SealedBundle, seal
+from builder.verify import OpenedBundle, VerifyReport, verify
 from launch.run import RunPlan, RunRecord, run_profile
 
 
@@ -49,7 +48,7 @@ class PreflightRefused(ReproError):
 class Replay:
     preflight: VerifyReport
     run: RunRecord
-    sealed: SealedCopy | None
+    sealed: SealedBundle | None
     """The run directory sealed as a bundle; None when no signing key was given."""
 
 
@@ -65,26 +64,26 @@ def launch(
     preflight = verify(path, trusted, host=True, anchor=anchor)
     if not preflight.ok:
         raise PreflightRefused(preflight)
-    sealed_bundle = SealedBundle.read(path, anchor)
-    manifest = sealed_bundle.manifest
+    opened = OpenedBundle.read(path, anchor)
+    manifest = opened.manifest
     chosen = profile or ("candidate" if "candidate" in manifest.launch.profiles else None)
     chosen = chosen or manifest.oracle.teacher
-    teacher = teacher_from_bytes(sealed_bundle.oracle(TEACHER_FILE).read_bytes())
+    teacher = teacher_from_bytes(opened.oracle(TEACHER_FILE).read_bytes())
     name = f"{manifest.bundle.name}-run-{time.strftime('%Y%m%dT%H%M%SZ', time.gmtime())}"
     run_dir = runs / f".{name}.work"
     record = run_profile(RunPlan(manifest, chosen, run_dir, teacher=teacher))
     sealed = None
     if signing_key is not None and preflight.observations is not None and record.starts:
-        teacher_path = sealed_bundle.oracle(TEACHER_FILE)
+        teacher_path = opened.oracle(TEACHER_FILE)
         document = observations_document(preflight.observations)
         (run_dir / OBSERVATIONS_FILE).write_bytes(canonical_json(document))
         lock = assemble_lock(
             manifest,
-            sealed_bundle.lock.bundle.manifest_path,
+            opened.lock.bundle.manifest_path,
             preflight.observations,
             record,
-            sealed_bundle.suite,
-            suite_sha256=sealed_bundle.lock.oracle.suite_sha256,
+            opened.suite,
+            suite_sha256=opened.lock.oracle.suite_sha256,
             teacher_sha256=sha256_file(teacher_path),
         )
         content = BundleContent(
@@ -93,8 +92,8 @@ def launch(
             manifest_source=str(path / bundle.MANIFEST),
             lock=lock.model_dump(mode="json", by_alias=True),
             oracle={
-                SUITE_FILE: sealed_bundle.oracle(SUITE_FILE),
-                TEACHER_FILE: sealed_bundle.oracle(TEACHER_FILE),
+                SUITE_FILE: opened.oracle(SUITE_FILE),
+                TEACHER_FILE: opened.oracle(TEACHER_FILE),
             },
             evidence=evidence_files(run_dir, len(record.starts)),
         )

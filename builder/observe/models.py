@@ -165,12 +165,6 @@ def _refs(refs: Path) -> dict[str, str]:
     }
 
 
-def model_drifts(model: Model, directory: Path) -> list[Drift]:
-    """Observe `model` in `directory` and compare: the facts' paths under `{model.<role>}`."""
-    values = {f"model.{model.role}": str(directory)}
-    return compare(model, observe_model(model, directory, values))
-
-
 # --- comparing ------------------------------------------------------------------------------------
 
 
