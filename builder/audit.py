@@ -27,7 +27,7 @@ from builder.drift import Drift, DriftKind
 from builder.elf import ElfError, ElfInfo
 from builder.errors import NotObservable
 from builder.hashing import sha256_file
-from builder.kernels import Category, Platform, classify
+from builder.kernels import Category, KernelSet, Origin, Platform, classify, origin_of
 from builder.ldcache import LdCache
 from builder.loader import (
     Closure,
@@ -63,6 +63,10 @@ class AuditPolicy:
     """Platform sets (`kernels/`): a driver library from the driver's roots or a kernel
     compiled at run time into a JIT directory may lie outside the allowed roots; its hash is
     still recorded."""
+    kernel_sets: tuple[KernelSet, ...] = ()
+    """Kernel sets whose pinned modules and libraries every mapping is judged against."""
+    values: Mapping[str, str] = field(default_factory=dict)
+    """Placeholder values on this host (real paths), to expand the kernel sets' pins."""
 
 
 @dataclass(frozen=True)
@@ -121,6 +125,7 @@ def judge(tree: TreeSnapshot, policy: AuditPolicy, loader: LoaderInputs) -> Audi
         processes.append(audit)
         drifts.extend(found)
     drifts.extend(_file_drifts(tree))
+    drifts.extend(_pin_drifts(tree, policy))
     drifts.extend(_module_drifts(tree, policy.modules))
     drifts.extend(_role_drifts(tree, policy.roles))
     return AuditReport(tree.root_pid, tuple(processes), tuple(tree.files.values()), tuple(drifts))
@@ -477,6 +482,31 @@ def _file_drifts(tree: TreeSnapshot) -> list[Drift]:
                     expected="the mapped file still at its path",
                     observed=f"{state} (mapped sha256 {mapped.sha256})",
                     why="what runs is no longer what is on disk",
+                )
+            )
+    return drifts
+
+
+def _pin_drifts(tree: TreeSnapshot, policy: AuditPolicy) -> list[Drift]:
+    """Every mapped ELF against the kernel sets' pins: other bytes at a pinned path, pinned bytes
+    mapped from elsewhere (origin drift), an external module the set does not declare."""
+    drifts = []
+    for mapped in tree.files.values():
+        if not mapped.is_elf or mapped.sha256 is None:
+            continue
+        for kernel_set in policy.kernel_sets:
+            verdict = origin_of(mapped.path, mapped.sha256, kernel_set, policy.values)
+            if not verdict.drift:
+                continue
+            drifts.append(
+                Drift(
+                    kind=DriftKind.ORIGIN_DRIFT
+                    if verdict.origin is Origin.ORIGIN_DRIFT
+                    else DriftKind.UNEXPECTED_MAPPING,
+                    subject=mapped.path,
+                    expected=verdict.entry,
+                    observed=f"{verdict.origin.value} (sha256 {mapped.sha256})",
+                    why=f"kernel set {kernel_set.name} pins what this mapping must be",
                 )
             )
     return drifts

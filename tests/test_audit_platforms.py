@@ -7,6 +7,7 @@ repro audits it with and without the cuda platform set.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import shutil
 import subprocess
@@ -17,6 +18,11 @@ from pathlib import Path
 import pytest
 
 from builder.cli import main
+from builder.hashing import sha256_file
+from builder.kernels import KernelSet
+from builder.loaderhost import host_config
+from builder.observe.native import judge_tree, policy_from_flags
+from builder.observe.processes import snapshot_tree
 
 LOADER = """
 import ctypes, sys, time
@@ -72,3 +78,49 @@ def test_the_cpu_platform_set_does_not(
     pid, _launcher = jit_process
     code, drifts = audit(capsys, "--pid", str(pid), "--kernel-set", "cpu")
     assert code == 1 and len(drifts) == 1
+
+
+# --- kernel-set pins -----------------------------------------------------------------------------
+
+
+def pinned_set(directory: Path, path: str, sha256: str) -> KernelSet:
+    (directory / "pins.toml").write_text(
+        'schema = "repro.kernels/v1"\nname = "pins"\ndescription = "one pinned library"\n'
+        f'[[libraries]]\npath = "{path}"\nsha256 = "{sha256}"\n'
+    )
+    return KernelSet.load("pins", directory)
+
+
+def judge_pins(pid: int, root: Path, kernel_set: KernelSet) -> list[tuple[str, str, str]]:
+    tree = snapshot_tree(pid)
+    flags = policy_from_flags(
+        tree, host_config().system_dirs, allowed_roots=(), modules=(), roles={}, preload=()
+    )
+    policy = dataclasses.replace(
+        flags,
+        allowed_roots=(*flags.allowed_roots, str(root.resolve())),
+        kernel_sets=(kernel_set,),
+        values={"venv": str(root.resolve())},
+    )
+    return [(d.kind.value, d.subject, d.observed) for d in judge_tree(tree, policy).drifts]
+
+
+def test_a_mapped_library_is_judged_against_its_kernel_set_pin(
+    jit_process: tuple[int, Path], tmp_path: Path
+) -> None:
+    pid, launcher = jit_process
+    root = tmp_path / "home"
+    relative = launcher.relative_to(root)
+    digest = sha256_file(launcher)
+    sets = tmp_path / "sets"
+    sets.mkdir()
+
+    assert judge_pins(pid, root, pinned_set(sets, f"{{venv}}/{relative}", digest)) == []
+
+    other = "0" * 64
+    assert judge_pins(pid, root, pinned_set(sets, f"{{venv}}/{relative}", other)) == [
+        ("unexpected-mapping", str(launcher), f"bytes drift (sha256 {digest})")
+    ]
+    assert judge_pins(pid, root, pinned_set(sets, "{venv}/elsewhere/lib.so", digest)) == [
+        ("origin-drift", str(launcher), f"origin drift (sha256 {digest})")
+    ]

@@ -24,14 +24,19 @@ from builder.observe.python import expand_all, path_values
 def policy_from_manifest(manifest: Manifest) -> AuditPolicy:
     """The manifest's `[native]` and `[launch.processes]` with placeholders expanded."""
     values = path_values(manifest)
+    values |= {f"source.{s.name}": str(manifest.resolve(s.path)) for s in manifest.sources}
     native = manifest.native
+    kernel_sets = tuple(KernelSet.load(name) for name in native.kernel_sets)
     return AuditPolicy(
         allowed_roots=_real(expand_all(native.allowed_roots, values)),
         modules=native.modules,
         forbidden_env=native.forbidden_environment,
         roles=dict(manifest.launch.processes),
         preload=_real(expand_all(native.preload, values)),
-        platforms=tuple(KernelSet.load(name).platform for name in native.kernel_sets),
+        platforms=tuple(kernel_set.platform for kernel_set in kernel_sets),
+        kernel_sets=kernel_sets,
+        # The kernel reports mapped files by their real paths: pins expand to real paths too.
+        values={name: str(Path(value).resolve()) for name, value in values.items()},
     )
 
 
