@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from builder import imported
+from builder import bundle, imported
 from builder.audit import module_file_stems
 from builder.canonical import canonical_json
 from builder.claims import bundle_claim, environments_claim, oracle_claim, roles_claim
@@ -50,8 +50,6 @@ from launch.runrecord import (
 )
 
 OBSERVATIONS_FILE = "observations.json"
-SUITE_FILE = "suite.json"
-TEACHER_FILE = "teacher.json"
 # What of a run directory is evidence: never the server's private HOME and TMPDIR.
 START_EVIDENCE = (
     "server.log",
@@ -114,7 +112,7 @@ def build(
             refusals.append(_verdict_drift("run", record.error.what))
         raise BuildRefused("the teacher run did not pass", refusals, where=str(run_dir))
     teacher = capture_teacher(record)
-    teacher_path = run_dir / TEACHER_FILE
+    teacher_path = run_dir / bundle.TEACHER_FILE
     teacher_path.write_bytes(canonical_json(teacher.model_dump(mode="json")))
     observations_path = run_dir / OBSERVATIONS_FILE
     observations_path.write_bytes(canonical_json(observations_document(observed)))
@@ -134,7 +132,7 @@ def build(
         manifest=manifest_path,
         manifest_source=str(manifest_path),
         lock=lock.model_dump(mode="json", by_alias=True),
-        oracle={SUITE_FILE: suite_path, TEACHER_FILE: teacher_path},
+        oracle={bundle.SUITE_FILE: suite_path, bundle.TEACHER_FILE: teacher_path},
         evidence=evidence_files(run_dir, len(record.starts)),
     )
     sealed = seal(content, key, parent, force=force, progress=None)

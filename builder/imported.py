@@ -303,7 +303,7 @@ def seal_record(
                 found="; ".join(problems),
             )
     workdir.mkdir(parents=True, exist_ok=True)
-    teacher_path = workdir / "teacher.json"
+    teacher_path = workdir / bundle.TEACHER_FILE
     teacher_path.write_bytes(teacher_document(record, manifest))
     suite_path = manifest.resolve(manifest.oracle.suite)
     lock = assemble_lock(
@@ -319,7 +319,7 @@ def seal_record(
         manifest=manifest_path,
         manifest_source=str(manifest_path),
         lock=lock.model_dump(mode="json", by_alias=True),
-        oracle={"suite.json": suite_path, "teacher.json": teacher_path},
+        oracle={bundle.SUITE_FILE: suite_path, bundle.TEACHER_FILE: teacher_path},
         evidence=files.sealed_names(),
     )
     return seal(content, key, parent, force=force), lock
@@ -365,9 +365,9 @@ def _oracle_checks(path: Path, manifest: Manifest, lock: Lock, record: Record) -
     teacher = teacher_document(record, manifest)
     oracle = oracle_claim(
         manifest,
-        Suite.from_path(path / bundle.ORACLE_DIR / "suite.json"),
+        Suite.from_path(path / bundle.ORACLE_DIR / bundle.SUITE_FILE),
         record.bench.rows,
-        sha256_file(path / bundle.ORACLE_DIR / "suite.json"),
+        sha256_file(path / bundle.ORACLE_DIR / bundle.SUITE_FILE),
         sha256_bytes(teacher),
     )
     sealed = EvidenceClass.SEALED
@@ -376,7 +376,7 @@ def _oracle_checks(path: Path, manifest: Manifest, lock: Lock, record: Record) -
             "oracle/teacher.json = the record's teacher files",
             sealed,
             f"{len(record.teacher.rows)} rows",
-            (path / bundle.ORACLE_DIR / "teacher.json").read_bytes() == teacher,
+            (path / bundle.ORACLE_DIR / bundle.TEACHER_FILE).read_bytes() == teacher,
         ),
         ClaimCheck(
             "oracle.rows = bench rows",

@@ -20,7 +20,8 @@ from types import SimpleNamespace
 from typing import Any
 
 from builder import bundle, imported
-from builder.build import OBSERVATIONS_FILE, SUITE_FILE, TEACHER_FILE, teacher_from_bytes
+from builder.build import OBSERVATIONS_FILE, teacher_from_bytes
+from builder.bundle import SUITE_FILE, TEACHER_FILE
 from builder.claims import ClaimCheck, environments_claim, oracle_claim, roles_claim
 from builder.drift import Drift, DriftKind
 from builder.errors import BadInput, ReproError

@@ -15,13 +15,12 @@ from pathlib import Path
 from builder import bundle
 from builder.build import (
     OBSERVATIONS_FILE,
-    SUITE_FILE,
-    TEACHER_FILE,
     assemble_lock,
     evidence_files,
     observations_document,
     teacher_from_bytes,
 )
+from builder.bundle import SUITE_FILE, TEACHER_FILE
 from builder.canonical import canonical_json
 from builder.errors import ReproError
 from builder.hashing import sha256_file

@@ -56,8 +56,11 @@ from launch.runrecord import (
     METRICS_AFTER,
     METRICS_BEFORE,
     QUALITY_FILE,
+    RUN_FILE,
     SERVER_FILE,
+    SUMMARY_FILE,
     TEARDOWN_FILE,
+    VERDICTS_FILE,
     RunDirectory,
     RunStatus,
 )
@@ -150,6 +153,8 @@ class RunRecord:
     argv: tuple[str, ...]
     starts: tuple[StartRecord, ...]
     verdicts: tuple[Verdict, ...]
+    quality: tuple[Verdict, ...]
+    """The manifest's quality checks: reported apart, they never decide the status."""
     status: RunStatus
     error: ReproError | None
     began_at_monotonic: float
@@ -195,7 +200,7 @@ def run_profile(plan: RunPlan, observe: Observer | None = None) -> RunRecord:
         manifest, plan.profile, directory.start_dir(1), port=plan.port, models=plan.models
     )
     argv = first.argv
-    directory.write_json("run.json", _run_document(plan, suite, first))
+    directory.write_json(RUN_FILE, _run_document(plan, suite, first))
     run = _Run(plan, suite, directory, notify)
     try:
         with _signals_interrupt():
@@ -415,6 +420,8 @@ def _finish(
     error = next((start.error for start in starts if start.error is not None), None)
     complete = crash is None and error is None and bool(starts)
     verdicts = judge(plan, tuple(starts)) if complete else ()
+    rows = tuple(starts[0].rows) if starts else ()
+    quality_verdicts = quality.assess(plan.manifest.oracle.quality, rows) if complete else ()
     if status is None:
         passed = complete and all(verdict.passed for verdict in verdicts)
         status = RunStatus.PASSED if passed else RunStatus.FAILED
@@ -424,18 +431,16 @@ def _finish(
         argv=argv,
         starts=tuple(starts),
         verdicts=verdicts,
+        quality=quality_verdicts,
         status=status,
         error=error,
         began_at_monotonic=began,
         seconds=time.monotonic() - began,
     )
-    directory.write_json("verdicts.json", [v.model_dump(mode="json") for v in verdicts])
-    # Quality is reported apart: it informs, it never decides whether the run reproduced.
-    rows = tuple(starts[0].rows) if starts else ()
-    quality_verdicts = quality.assess(plan.manifest.oracle.quality, rows) if complete else ()
+    directory.write_json(VERDICTS_FILE, [v.model_dump(mode="json") for v in verdicts])
     directory.write_json(QUALITY_FILE, [v.model_dump(mode="json") for v in quality_verdicts])
     summary = record.summary()
-    directory.write_json("summary.json", summary)
+    directory.write_json(SUMMARY_FILE, summary)
     problem = error.diagnostics() if error is not None else _crash_text(crash)
     exit_code = None if crash is not None else int(record.exit_code)
     directory.write_status(status, exit_code=exit_code, error=problem)
@@ -470,6 +475,7 @@ def summary_document(record: RunRecord) -> dict[str, Any]:
         "seconds": record.seconds,
         "starts": [_start_document(record, start) for start in record.starts],
         "verdicts": [verdict.model_dump(mode="json") for verdict in record.verdicts],
+        "quality": [verdict.model_dump(mode="json") for verdict in record.quality],
     }
 
 

@@ -162,6 +162,14 @@ def print_summary(record: RunRecord, captured: Path | None) -> None:
                 ((v.gate, v.status.value, v.summary) for v in record.verdicts),
             )
         )
+    if record.quality:
+        out.print(
+            table(
+                "quality (reported apart: never decides the run)",
+                ("check", "status", "summary"),
+                ((v.gate, v.status.value, v.summary) for v in record.quality),
+            )
+        )
     out.print(f"run directory: {record.plan.run_dir}")
     if captured is not None:
         out.print(f"teacher captured: {captured}")
