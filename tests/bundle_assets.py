@@ -1,7 +1,7 @@
 """A small real bundle for the sealing, signing and integrity tests.
 
 Its evidence is a few files and one directory of the Laguna 102 tok/s record
-(`../shared/records/laguna-102tps/`), its oracle the record's teacher text hashes, its manifest
+(`records/laguna-102tps/`), its oracle the record's teacher text hashes, its manifest
 the minimal test manifest; the lock is a tiny document. Sealed with the example key.
 """
 
@@ -13,7 +13,7 @@ from builder.keys import SigningKey, TrustedKeys
 from builder.seal import BundleContent, Progress, SealedBundle, seal
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
-RECORD = REPO_ROOT.parent / "shared" / "records" / "laguna-102tps"
+RECORD = REPO_ROOT / "records" / "laguna-102tps"
 RUN = RECORD / "evidence" / "record-run"
 EXAMPLE_KEY = REPO_ROOT / "keys" / "example.key"
 EXAMPLE_PUB = REPO_ROOT / "keys" / "example.pub"

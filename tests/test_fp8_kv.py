@@ -36,7 +36,7 @@ from launch.throughput import measure
 
 ROOT = Path(__file__).resolve().parents[1]
 MANIFEST = ROOT / "manifests" / "fp8-kv.toml"
-RECORD = ROOT.parent / "shared" / "records" / "laguna-102tps"
+RECORD = ROOT / "records" / "laguna-102tps"
 DIGEST = "3e6df440976ab2ed5229e1a39179cbc99d573c615386f223eeabc9de5ea9ddc0"
 TARGET_AUDIT = (
     "Laguna FP8 KV calibrated-scale audit: PASS layers=48 scales=96 source=checkpoint "

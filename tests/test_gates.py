@@ -24,7 +24,7 @@ from launch.evidence import (
 from launch.metrics import delta
 from launch.records import RUN_DIR, Record, load_record
 
-RECORD = Path(__file__).resolve().parents[2] / "shared" / "records" / "laguna-102tps"
+RECORD = Path(__file__).resolve().parents[1] / "records" / "laguna-102tps"
 CONVENTIONAL_MEDIAN = 101.94172124017027
 RANKS = tuple(f"Worker_TP{i}_EP{i}" for i in range(4))
 RANK_PATTERN = r"^\((Worker_TP\d+_EP\d+) pid=\d+\)"
@@ -55,7 +55,7 @@ GATES = Gates(
 @pytest.fixture(scope="module")
 def record() -> Record:
     if not RECORD.is_dir():
-        pytest.fail(f"the Laguna record is not at {RECORD}: the tests need ../shared/records")
+        pytest.fail(f"the Laguna record is not at {RECORD}: the tests need records/laguna-102tps")
     return load_record(RECORD)
 
 

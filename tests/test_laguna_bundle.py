@@ -1,8 +1,8 @@
 """The Laguna 102 tok/s record as a sealed-evidence bundle: built, verified, tampered, refused.
 
 `repro/laguna-102tps/` is committed; these tests also build it again from
-`manifests/laguna-102tps.toml` and the real evidence in shared/records, then change one piece of
-that evidence at a time before sealing again and prove that the claim it backs fails.
+`manifests/laguna-102tps.toml` and the real evidence in records/laguna-102tps, then change one
+piece of that evidence at a time before sealing again and prove that the claim it backs fails.
 """
 
 from __future__ import annotations
@@ -211,14 +211,14 @@ def test_a_build_from_tampered_evidence_is_refused_by_the_records_own_gates(
     tmp_path: Path,
 ) -> None:
     record = tmp_path / "records" / "laguna-102tps"
-    shutil.copytree(REPO.parent / "shared" / "records" / "laguna-102tps", record)
+    shutil.copytree(REPO / "records" / "laguna-102tps", record)
     bench = record / "evidence" / "record-run" / "bench.json"
     document = json.loads(bench.read_text())
     _one_token(document["rows"])
     bench.write_text(json.dumps(document))
     manifest = tmp_path / "manifests" / "laguna-102tps.toml"
     manifest.parent.mkdir()
-    manifest.write_text(MANIFEST.read_text().replace("../../shared/records/", "../records/"))
+    manifest.write_text(MANIFEST.read_text())
     shutil.copytree(REPO / "manifests" / "suites", manifest.parent / "suites")
     with pytest.raises(BuildRefused) as refused:
         build(manifest, KEY, tmp_path, tmp_path / "work")

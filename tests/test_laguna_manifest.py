@@ -22,7 +22,7 @@ from launch.throughput import measure
 
 ROOT = Path(__file__).resolve().parents[1]
 MANIFEST = ROOT / "manifests" / "laguna-102tps.toml"
-RECORD = ROOT.parent / "shared" / "records" / "laguna-102tps"
+RECORD = ROOT / "records" / "laguna-102tps"
 LOCK = RECORD / "manifests" / "runtime-lock.json"
 CONVENTIONAL_MEDIAN = 101.94172124017027
 ROLE_DIRECTORIES = {"target": "int4", "draft": "dflash-int4"}
