@@ -23,6 +23,7 @@ import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
+from builder.dispatch import Dispatch, DispatchKind, HostCapabilities, Prediction, predict
 from builder.drift import Drift, DriftKind
 from builder.elf import ElfError, ElfInfo
 from builder.errors import NotObservable
@@ -67,6 +68,22 @@ class AuditPolicy:
     """Kernel sets whose pinned modules and libraries every mapping is judged against."""
     values: Mapping[str, str] = field(default_factory=dict)
     """Placeholder values on this host (real paths), to expand the kernel sets' pins."""
+    dispatches: Mapping[str, Dispatch] = field(default_factory=dict)
+    """The kernel sets' run-time choices by the name they choose for (`builder.dispatch`): a
+    declared module with one is expected as the variant `host` selects, and no other."""
+    host: HostCapabilities | None = None
+    """The facts of the host the tree runs on, for `dispatches`."""
+
+    def predictions(self, env: Mapping[str, str]) -> dict[str, Prediction]:
+        """The variant of each declared module that has a module dispatch, on `host`, for a
+        stack started with `env`."""
+        if self.host is None:
+            return {}
+        return {
+            module: predict(self.dispatches[module], self.host, env)
+            for module in self.modules
+            if module in self.dispatches and self.dispatches[module].kind is DispatchKind.MODULE
+        }
 
 
 @dataclass(frozen=True)
@@ -126,7 +143,7 @@ def judge(tree: TreeSnapshot, policy: AuditPolicy, loader: LoaderInputs) -> Audi
         drifts.extend(found)
     drifts.extend(_file_drifts(tree))
     drifts.extend(_pin_drifts(tree, policy))
-    drifts.extend(_module_drifts(tree, policy.modules))
+    drifts.extend(_module_drifts(tree, policy))
     drifts.extend(_role_drifts(tree, policy.roles))
     return AuditReport(tree.root_pid, tuple(processes), tuple(tree.files.values()), tuple(drifts))
 
@@ -512,19 +529,48 @@ def _pin_drifts(tree: TreeSnapshot, policy: AuditPolicy) -> list[Drift]:
     return drifts
 
 
-def _module_drifts(tree: TreeSnapshot, modules: Sequence[str]) -> list[Drift]:
+def _module_drifts(tree: TreeSnapshot, policy: AuditPolicy) -> list[Drift]:
+    """A declared module no process maps did not run. A module the host dispatches is expected
+    as the variant the set predicts for this host; any other variant mapped ran other code."""
     elf_paths = [f.path for f in tree.files.values() if f.is_elf]
-    return [
-        Drift(
-            kind=DriftKind.NOT_MAPPED,
-            subject=module,
-            expected=f"{module} mapped by a process of the tree",
-            observed="no process maps a file ending in " + " or ".join(module_file_stems(module)),
-            why="a declared module that no process maps did not run",
+    root = next((p for p in tree.processes if p.pid == tree.root_pid), None)
+    predictions = policy.predictions(root.environ if root is not None else {})
+    drifts = []
+    for module in policy.modules:
+        prediction = predictions.get(module)
+        expected = (
+            module if prediction is None or prediction.variant is None else prediction.variant
         )
-        for module in modules
-        if not any(path.endswith(module_file_stems(module)) for path in elf_paths)
-    ]
+        if not _maps_module(elf_paths, expected):
+            drifts.append(
+                Drift(
+                    kind=DriftKind.NOT_MAPPED,
+                    subject=module,
+                    expected=f"{expected} mapped by a process of the tree"
+                    + (f" (selected here: {prediction.describe()})" if prediction else ""),
+                    observed="no process maps a file ending in "
+                    + " or ".join(module_file_stems(expected)),
+                    why="a declared module that no process maps did not run",
+                )
+            )
+        if prediction is None:
+            continue
+        for variant in policy.dispatches[module].names():
+            if variant != expected and _maps_module(elf_paths, variant):
+                drifts.append(
+                    Drift(
+                        kind=DriftKind.DISPATCH,
+                        subject=module,
+                        expected=f"{expected} only: {prediction.describe()}",
+                        observed=f"{variant} mapped",
+                        why="the process runs a kernel variant this host does not select",
+                    )
+                )
+    return drifts
+
+
+def _maps_module(elf_paths: Sequence[str], module: str) -> bool:
+    return any(path.endswith(module_file_stems(module)) for path in elf_paths)
 
 
 def _role_drifts(tree: TreeSnapshot, roles: Mapping[str, int]) -> list[Drift]:

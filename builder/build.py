@@ -18,13 +18,21 @@ from typing import Any
 from builder import bundle, imported
 from builder.audit import module_file_stems
 from builder.canonical import canonical_json
-from builder.claims import bundle_claim, environments_claim, oracle_claim, roles_claim
+from builder.claims import (
+    DispatchFindings,
+    bundle_claim,
+    dispatch_claims,
+    environments_claim,
+    oracle_claim,
+    roles_claim,
+)
 from builder.drift import Drift, DriftKind
 from builder.errors import ReproError
 from builder.hashing import sha256_file
-from builder.kernels import KernelSet
+from builder.kernels import KernelSet, kernel_set_files
 from builder.keys import SigningKey
 from builder.lock import (
+    DispatchClaim,
     EvidenceClass,
     HostClaim,
     LaunchClaim,
@@ -34,8 +42,10 @@ from builder.lock import (
     PythonClaim,
     SourceClaim,
 )
-from builder.manifest import Manifest, Suite
+from builder.manifest import Manifest, Suite, expand
 from builder.observations import Observations, drifts, observe
+from builder.observe.artifacts import ArtifactFacts, resolve_artifacts
+from builder.observe.dispatch import probe_code_paths
 from builder.observe.python import placeholder_path
 from builder.seal import BundleContent, SealedBundle, check_destination, seal
 from launch.evidence import Teacher
@@ -50,6 +60,8 @@ from launch.runrecord import (
 )
 
 OBSERVATIONS_FILE = "observations.json"
+DISPATCH_FILE = "dispatch.json"
+"""Under evidence/: what the stack reported of each code path it chose (`builder.dispatch`)."""
 # What of a run directory is evidence: never the server's private HOME and TMPDIR.
 START_EVIDENCE = (
     "server.log",
@@ -91,8 +103,7 @@ def build(
     say = progress or (lambda _message: None)
     manifest = Manifest.from_path(manifest_path)
     suite = manifest.load_suite()
-    for name in manifest.native.kernel_sets:
-        KernelSet.load(name)
+    kernel_sets = tuple(KernelSet.load(name) for name in manifest.native.kernel_sets)
     check_destination(parent / manifest.bundle.name, force=force)
     if manifest.evidence is not None:
         return _build_imported(manifest, manifest_path, key, parent, run_dir, force=force, say=say)
@@ -101,7 +112,12 @@ def build(
     found = drifts(manifest, observed)
     if found:
         raise BuildRefused("this host does not hold the manifest", found, where=str(manifest_path))
-    say(f"running the teacher profile {manifest.oracle.teacher!r}")
+    say("pinning the wheel each distribution was installed from")
+    artifacts = pinned_artifacts(observed)
+    teacher_profile = manifest.oracle.teacher
+    say("asking the stack which code paths this host selects")
+    probes = probe_dispatch(manifest, teacher_profile, observed, kernel_sets)
+    say(f"running the teacher profile {teacher_profile!r}")
     record = run_profile(
         RunPlan(manifest, manifest.oracle.teacher, run_dir),
         observe=lambda event: say(f"  start {event.start} {event.kind}: {event.message}"),
@@ -111,11 +127,18 @@ def build(
         if record.error is not None:
             refusals.append(_verdict_drift("run", record.error.what))
         raise BuildRefused("the teacher run did not pass", refusals, where=str(run_dir))
+    dispatch = live_dispatch(manifest, observed, record, kernel_sets, probes)
+    if dispatch.disagreements:
+        refusals = [_dispatch_drift(problem) for problem in dispatch.disagreements]
+        raise BuildRefused(
+            "the stack's choice of code is not its kernel sets'", refusals, where=str(run_dir)
+        )
+    (run_dir / DISPATCH_FILE).write_bytes(canonical_json(probes))
     teacher = capture_teacher(record)
     teacher_path = run_dir / bundle.TEACHER_FILE
     teacher_path.write_bytes(canonical_json(teacher.model_dump(mode="json")))
     observations_path = run_dir / OBSERVATIONS_FILE
-    observations_path.write_bytes(canonical_json(observations_document(observed)))
+    observations_path.write_bytes(canonical_json(observations_document(observed, artifacts)))
     suite_path = manifest.resolve(manifest.oracle.suite)
     lock = assemble_lock(
         manifest,
@@ -125,6 +148,8 @@ def build(
         suite,
         suite_sha256=sha256_file(suite_path),
         teacher_sha256=sha256_file(teacher_path),
+        dispatch=dispatch.claims,
+        artifacts=artifacts,
     )
     say("sealing")
     content = BundleContent(
@@ -134,6 +159,7 @@ def build(
         lock=lock.model_dump(mode="json", by_alias=True),
         oracle={bundle.SUITE_FILE: suite_path, bundle.TEACHER_FILE: teacher_path},
         evidence=evidence_files(run_dir, len(record.starts)),
+        kernels=kernel_set_files(manifest.native.kernel_sets),
     )
     sealed = seal(content, key, parent, force=force, progress=None)
     return BuildResult(sealed, lock, record)
@@ -167,7 +193,14 @@ def evidence_files(run_dir: Path, starts: int) -> dict[str, Path]:
     """The run directory's evidence by its name under evidence/."""
     files = {
         name: run_dir / name
-        for name in (RUN_FILE, VERDICTS_FILE, QUALITY_FILE, SUMMARY_FILE, OBSERVATIONS_FILE)
+        for name in (
+            RUN_FILE,
+            VERDICTS_FILE,
+            QUALITY_FILE,
+            SUMMARY_FILE,
+            OBSERVATIONS_FILE,
+            DISPATCH_FILE,
+        )
         if (run_dir / name).is_file()
     }
     for number in range(1, starts + 1):
@@ -189,6 +222,8 @@ def assemble_lock(
     *,
     suite_sha256: str,
     teacher_sha256: str,
+    dispatch: tuple[DispatchClaim, ...],
+    artifacts: ArtifactFacts,
 ) -> Lock:
     values = observed.values
     # A replay that failed before its audit is still sealed, with what it saw.
@@ -223,13 +258,16 @@ def assemble_lock(
             )
             for source, facts in zip(manifest.sources, observed.sources, strict=True)
         ),
-        python=_python_claim(observed),
+        python=_python_claim(observed, artifacts),
         native=NativeClaim(
             evidence=EvidenceClass.SEALED,
             kernel_sets=manifest.native.kernel_sets,
-            modules=_modules(manifest.native.modules, audit, values),
+            # A module the host dispatches was mapped as its live variant.
+            modules=_modules(manifest.native.modules, audit, values)
+            | {c.name: c.path for c in dispatch if c.path is not None},
             roles=roles_claim(audit, values),
             environments=environments_claim(audit, values),
+            dispatch=dispatch,
         ),
         launch=LaunchClaim(
             evidence=EvidenceClass.LIVE,
@@ -241,13 +279,65 @@ def assemble_lock(
     )
 
 
+def probe_dispatch(
+    manifest: Manifest, profile: str, observed: Observations, kernel_sets: Sequence[KernelSet]
+) -> dict[str, str]:
+    """Each code path's probe, asked of the serving interpreter with `profile`'s environment."""
+    values = observed.values
+    env = {k: expand(v, values) for k, v in manifest.launch.env_for(profile).items()}
+    return probe_code_paths(kernel_sets, Path(values["python"]), env)
+
+
+def live_dispatch(
+    manifest: Manifest,
+    observed: Observations,
+    record: RunRecord,
+    kernel_sets: Sequence[KernelSet],
+    probes: Mapping[str, str],
+) -> DispatchFindings:
+    """The choices of code the run made, from its first start's audit and the probes."""
+    first_audit = record.starts[0].audit if record.starts else None
+    audit = first_audit.processes if first_audit is not None else ()
+    return dispatch_claims(
+        kernel_sets,
+        manifest.native.modules,
+        host=observed.host.capabilities(),
+        env=manifest.launch.env_for(record.plan.profile),
+        roles=roles_claim(audit, observed.values),
+        probes=probes,
+    )
+
+
+def _dispatch_drift(problem: str) -> Drift:
+    name, _, detail = problem.partition(": ")
+    return Drift(
+        kind=DriftKind.DISPATCH,
+        subject=name,
+        expected="the variant the kernel set predicts for this host",
+        observed=detail,
+        why="a kernel set's dispatch rule must say what the stack really runs",
+    )
+
+
 def teacher_from_bytes(data: bytes) -> Teacher:
     return Teacher.model_validate(json.loads(data))
 
 
-def observations_document(observed: Observations) -> dict[str, Any]:
+def pinned_artifacts(observed: Observations) -> ArtifactFacts:
+    """The wheel artifact of every distribution of the observed venv."""
+    python = observed.python
+    assert python is not None, "a build refuses an unobservable venv before this"
+    values = observed.values
+    return resolve_artifacts(Path(values["python"]), Path(values["site"]), python.distributions)
+
+
+def observations_document(observed: Observations, artifacts: ArtifactFacts) -> dict[str, Any]:
     """The observed facts as evidence: what `verify --host` compares a later host with."""
     return {
+        "artifacts": {
+            "pinned": {k: a.model_dump(mode="json") for k, a in artifacts.artifacts.items()},
+            "unresolved": artifacts.unresolved,
+        },
         "values": observed.values,
         "host": observed.host.to_json(),
         "models": [m.model_dump(mode="json") for m in observed.models],
@@ -256,7 +346,7 @@ def observations_document(observed: Observations) -> dict[str, Any]:
     }
 
 
-def _python_claim(observed: Observations) -> PythonClaim:
+def _python_claim(observed: Observations, artifacts: ArtifactFacts) -> PythonClaim:
     python = observed.python
     assert python is not None, "a build refuses an unobservable venv before this"
     checked = tuple(sorted(r.distribution for r in python.records or () if not r.mismatches))
@@ -265,6 +355,8 @@ def _python_claim(observed: Observations) -> PythonClaim:
         interpreter=python.version,
         packages={d.name: d.version for d in python.distributions},
         record_checked=checked,
+        artifacts=artifacts.artifacts,
+        unrestorable=artifacts.unresolved,
     )
 
 

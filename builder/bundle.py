@@ -6,6 +6,8 @@ repro/<name>/
   lock.json              canonical JSON
   oracle/                suite + teacher
   evidence/              server log, metrics, bench rows, maps snapshots, ...
+  kernels/               the kernel sets the manifest names, verbatim: their pins and dispatch
+                         rules are judged from these copies, never from a repository's
   SHA256SUMS             every file above: `sha256sum -c SHA256SUMS` passes inside the bundle
   statement.json         in-toto Statement: one subject per file above and SHA256SUMS
   statement.dsse.json    DSSE envelope whose payload is exactly the bytes of statement.json
@@ -28,6 +30,7 @@ MANIFEST = "manifest.toml"
 LOCK = "lock.json"
 ORACLE_DIR = "oracle"
 EVIDENCE_DIR = "evidence"
+KERNEL_SETS_DIR = "kernels"
 SUITE_FILE = "suite.json"
 """The oracle suite, under oracle/."""
 TEACHER_FILE = "teacher.json"
@@ -36,7 +39,7 @@ SHA256SUMS = "SHA256SUMS"
 STATEMENT = "statement.json"
 ENVELOPE = "statement.dsse.json"
 
-CONTENT_DIRS = (ORACLE_DIR, EVIDENCE_DIR)
+CONTENT_DIRS = (ORACLE_DIR, EVIDENCE_DIR, KERNEL_SETS_DIR)
 """The directories whose files a build chooses; every other file of a bundle is named above."""
 SEAL_FILES = (STATEMENT, ENVELOPE)
 """The files that seal the others: the statement covers every file but these two."""
@@ -94,7 +97,7 @@ def content_path_problem(path: str) -> str | None:
     top, _, rest = path.partition("/")
     if top in CONTENT_DIRS and rest:
         return None
-    return "a file the layout does not name, outside oracle/ and evidence/"
+    return "a file the layout does not name, outside oracle/, evidence/ and kernels/"
 
 
 def render_sha256sums(digests: Mapping[str, str]) -> bytes:

@@ -9,10 +9,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from builder.audit import module_file_stems
 from builder.canonical import canonical_json
+from builder.dispatch import DispatchKind, HostCapabilities, predict
 from builder.hashing import sha256_bytes, sha256_file
+from builder.kernels import KernelSet
 from builder.lock import (
     BundleClaim,
+    DispatchClaim,
     EvidenceClass,
     MappedObject,
     OracleClaim,
@@ -135,3 +139,68 @@ def _raw_placeholder(element: str, values: Mapping[str, str]) -> str:
         return escaped
     _, name = max(matches)
     return "{" + name + "}" + escaped[len(values[name]) :]
+
+
+@dataclass(frozen=True)
+class DispatchFindings:
+    claims: tuple[DispatchClaim, ...]
+    disagreements: tuple[str, ...]
+    """Where the live choice is not the one the kernel set predicts for the host's facts: the
+    set's rule is wrong for this stack, or the facts are not the host's."""
+
+
+def dispatch_claims(
+    kernel_sets: Sequence[KernelSet],
+    modules: Sequence[str],
+    *,
+    host: HostCapabilities,
+    env: Mapping[str, str],
+    roles: Mapping[str, tuple[MappedObject, ...]],
+    probes: Mapping[str, str],
+) -> DispatchFindings:
+    """Each run-time choice as it was made: for a declared module the variant some process
+    mapped (`roles`, placeholder form), for a code path what the stack reported (`probes`),
+    each with only the facts that select it, and checked against the set's prediction."""
+    mapped = {obj.path: obj for objects in roles.values() for obj in objects}
+    claims: list[DispatchClaim] = []
+    disagreements: list[str] = []
+    for kernel_set in kernel_sets:
+        for dispatch in kernel_set.dispatch:
+            if dispatch.kind is DispatchKind.MODULE and dispatch.name not in modules:
+                continue
+            prediction = predict(dispatch, host, env)
+            path = sha256 = None
+            if dispatch.kind is DispatchKind.MODULE:
+                live = [
+                    (variant, obj)
+                    for variant in dispatch.names()
+                    for obj in mapped.values()
+                    if obj.path.endswith(module_file_stems(variant))
+                ]
+                names = sorted({variant for variant, _ in live})
+                if len(names) != 1:
+                    disagreements.append(
+                        f"{dispatch.name}: mapped {', '.join(names) or 'no variant'}, "
+                        f"expected exactly one of {', '.join(dispatch.names())}"
+                    )
+                variant = names[0] if names else prediction.variant or dispatch.name
+                obj = next((o for v, o in live if v == variant), None)
+                path, sha256 = (obj.path, obj.sha256) if obj else (None, None)
+            else:
+                variant = probes.get(dispatch.name) or prediction.variant or ""
+            if variant != prediction.variant:
+                disagreements.append(
+                    f"{dispatch.name}: the stack chose {variant}, kernel set {kernel_set.name} "
+                    f"predicts {prediction.describe()}"
+                )
+            claims.append(
+                DispatchClaim(
+                    name=dispatch.name,
+                    kernel_set=kernel_set.name,
+                    variant=variant,
+                    facts=prediction.facts,
+                    path=path,
+                    sha256=sha256,
+                )
+            )
+    return DispatchFindings(tuple(claims), tuple(disagreements))

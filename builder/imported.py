@@ -20,6 +20,7 @@ from builder.canonical import canonical_json
 from builder.claims import ClaimCheck, bundle_claim, oracle_claim
 from builder.errors import BadInput
 from builder.hashing import sha256_bytes, sha256_file
+from builder.kernels import kernel_set_files
 from builder.keys import SigningKey
 from builder.lock import (
     EvidenceClass,
@@ -321,6 +322,7 @@ def seal_record(
         lock=lock.model_dump(mode="json", by_alias=True),
         oracle={bundle.SUITE_FILE: suite_path, bundle.TEACHER_FILE: teacher_path},
         evidence=files.sealed_names(),
+        kernels=kernel_set_files(manifest.native.kernel_sets),
     )
     return seal(content, key, parent, force=force), lock
 

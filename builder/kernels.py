@@ -36,6 +36,7 @@ from pydantic import (
     model_validator,
 )
 
+from builder.dispatch import Dispatch
 from builder.errors import BadInput
 from builder.manifest import PATH_PLACEHOLDERS, LogMarker, expand, placeholders_in
 
@@ -148,6 +149,8 @@ class KernelSet(_Frozen):
     external: tuple[ExternalModule, ...] = ()
     markers: tuple[LogMarker, ...] = ()
     """Runtime log markers proving a kernel path ran, judged like `[oracle.gates]` markers."""
+    dispatch: tuple[Dispatch, ...] = ()
+    """Run-time choices of code by host capability (`builder.dispatch`)."""
 
     @model_validator(mode="after")
     def _distinct(self) -> Self:
@@ -156,6 +159,7 @@ class KernelSet(_Frozen):
             ("module", [m.module for m in self.modules] + [e.module for e in self.external]),
             ("path", paths + [e.path for e in self.external]),
             ("marker", [m.name for m in self.markers]),
+            ("dispatch", [d.name for d in self.dispatch]),
         ):
             repeated = sorted({v for v in values if values.count(v) > 1})
             if repeated:
@@ -204,6 +208,23 @@ class KernelSet(_Frozen):
                 found=kernel_set.name,
             )
         return kernel_set
+
+
+def dispatches(kernel_sets: Sequence[KernelSet]) -> dict[str, tuple[str, Dispatch]]:
+    """Every dispatch of `kernel_sets` by the name it chooses for, with the set declaring it;
+    a choice declared by two sets is a malformed combination."""
+    found: dict[str, tuple[str, Dispatch]] = {}
+    for kernel_set in kernel_sets:
+        for dispatch in kernel_set.dispatch:
+            if dispatch.name in found:
+                raise BadInput(
+                    "two kernel sets declare the same dispatch",
+                    where=f"kernel sets {found[dispatch.name][0]} and {kernel_set.name}",
+                    expected="each run-time choice declared once",
+                    found=dispatch.name,
+                )
+            found[dispatch.name] = (kernel_set.name, dispatch)
+    return found
 
 
 class Category(StrEnum):
@@ -301,6 +322,11 @@ def origin_of(
 
 def _entry_name(entry: KernelModule | KernelLibrary) -> str:
     return entry.module if isinstance(entry, KernelModule) else posixpath.basename(entry.path)
+
+
+def kernel_set_files(names: Sequence[str], directory: Path = KERNELS_DIR) -> dict[str, Path]:
+    """The files of the named kernel sets by their name in a bundle's kernels/ directory."""
+    return {f"{name}.toml": directory / f"{name}.toml" for name in names}
 
 
 def runtime_markers(names: Sequence[str], directory: Path = KERNELS_DIR) -> tuple[LogMarker, ...]:

@@ -68,12 +68,25 @@ class SourceClaim(_Claim):
     patches: dict[str, str] = Field(default_factory=dict)
 
 
+class WheelArtifact(_Frozen):
+    """The wheel a distribution was installed from (`builder.observe.artifacts`)."""
+
+    name: str
+    version: str
+    filename: str
+    sha256: str
+
+
 class PythonClaim(_Claim):
     interpreter: str
     packages: dict[str, str]
     """Distribution (PEP 503 name) → exact installed version."""
     record_checked: tuple[str, ...] = ()
     """Distributions whose every installed file matched its RECORD hash at build time."""
+    artifacts: dict[str, WheelArtifact] = Field(default_factory=dict)
+    """Normalised distribution name → the wheel it was installed from, what restore installs."""
+    unrestorable: dict[str, str] = Field(default_factory=dict)
+    """Normalised distribution name → why no artifact is pinned for it."""
 
 
 class MappedObject(_Frozen):
@@ -85,6 +98,22 @@ class MappedObject(_Frozen):
     """The object whose need the loader resolved to this one (a dependency), placeholder form."""
 
 
+class DispatchClaim(_Frozen):
+    """The code a host capability selected when the record ran (`builder.dispatch`)."""
+
+    name: str
+    """What was chosen: a declared module (`vllm._C`) or a code path's owner."""
+    kernel_set: str
+    """The kernel set whose rule says how the stack chooses."""
+    variant: str
+    """The variant that was live: the module mapped, or the code path the stack reported."""
+    facts: dict[str, bool | str]
+    """Only the facts that select code (`cpu:<flag>`, `arch`, `env:<VAR>`), as they were."""
+    path: str | None = None
+    """For a module: the file mapped, in placeholder form."""
+    sha256: str | None = None
+
+
 class NativeClaim(_Claim):
     kernel_sets: tuple[str, ...]
     modules: dict[str, str]
@@ -94,6 +123,8 @@ class NativeClaim(_Claim):
     environments: dict[str, dict[str, str]] = Field(default_factory=dict)
     """Process role → the loader's variables it started with (LD_LIBRARY_PATH, LD_PRELOAD),
     each path element in placeholder form: vLLM and its imports set some for their children."""
+    dispatch: tuple[DispatchClaim, ...] = ()
+    """Each run-time choice of code the kernel sets declare, as it was made."""
 
 
 class LaunchClaim(_Claim):

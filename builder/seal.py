@@ -12,10 +12,7 @@ which the final path is briefly absent, never half-written.
 
 from __future__ import annotations
 
-import ctypes
-import errno
 import os
-import secrets
 import shutil
 import stat
 import tempfile
@@ -26,9 +23,11 @@ from types import MappingProxyType
 from typing import Any
 
 from builder import dsse
+from builder.atomic import fsync_dir, move_into_place
 from builder.bundle import (
     ENVELOPE,
     EVIDENCE_DIR,
+    KERNEL_SETS_DIR,
     LOCK,
     MANIFEST,
     ORACLE_DIR,
@@ -59,8 +58,9 @@ def _no_progress(step: str) -> None:
 class BundleContent:
     """What a build hands to the sealer.
 
-    `oracle` and `evidence` map a path under oracle/ or evidence/ to a file or a directory to
-    copy there (a directory with every file below it); symlinks and special files are refused.
+    `oracle`, `evidence` and `kernels` map a path under oracle/, evidence/ or kernels/ to a file
+    or a directory to copy there (a directory with every file below it); symlinks and special
+    files are refused.
     """
 
     name: str
@@ -70,6 +70,7 @@ class BundleContent:
     lock: Mapping[str, Any]
     oracle: Mapping[str, Path] = field(default_factory=lambda: MappingProxyType({}))
     evidence: Mapping[str, Path] = field(default_factory=lambda: MappingProxyType({}))
+    kernels: Mapping[str, Path] = field(default_factory=lambda: MappingProxyType({}))
 
 
 @dataclass(frozen=True)
@@ -115,13 +116,13 @@ def _seal_into(
         workdir.chmod(DIR_MODE)
         digests = _write_bundle(content, key, workdir, progress)
         _sync_tree(workdir, progress)
-        replaced = _move_into_place(workdir, final, progress)
+        replaced = move_into_place(workdir, final, progress, what="bundle")
     except BaseException:
         shutil.rmtree(workdir, ignore_errors=True)
         raise
     if replaced is not None:
         shutil.rmtree(replaced)
-        _fsync_dir(final.parent)
+        fsync_dir(final.parent)
         progress("removed the replaced bundle")
     return digests
 
@@ -148,7 +149,11 @@ def _write_bundle(
 ) -> dict[str, str]:
     _copy_file(content.manifest, workdir / MANIFEST, progress, MANIFEST)
     _write_file(workdir / LOCK, canonical_json(dict(content.lock)), progress, LOCK)
-    for directory, sources in ((ORACLE_DIR, content.oracle), (EVIDENCE_DIR, content.evidence)):
+    for directory, sources in (
+        (ORACLE_DIR, content.oracle),
+        (EVIDENCE_DIR, content.evidence),
+        (KERNEL_SETS_DIR, content.kernels),
+    ):
         for name in sorted(sources):
             _copy_source(sources[name], workdir, f"{directory}/{_check_name(name)}", progress)
     digests = {path: sha256_file(workdir / path) for path in _files_below(workdir)}
@@ -266,77 +271,5 @@ def _sync_tree(root: Path, progress: Progress) -> None:
     directories = sorted((Path(entry[0]) for entry in os.walk(root)), key=lambda d: -len(d.parts))
     for directory in directories:
         directory.chmod(DIR_MODE)
-        _fsync_dir(directory)
+        fsync_dir(directory)
         progress(f"synced {directory.relative_to(root).as_posix()}/")
-
-
-def _fsync_dir(directory: Path) -> None:
-    descriptor = os.open(directory, os.O_RDONLY | os.O_DIRECTORY)
-    try:
-        os.fsync(descriptor)
-    finally:
-        os.close(descriptor)
-
-
-_AT_FDCWD = -100
-_RENAME_NOREPLACE = 1
-_RENAME_EXCHANGE = 2
-
-
-def renameat2(source: Path, target: Path, flags: int) -> None:
-    """Linux renameat2(2); OSError(EINVAL) where the C library or file system lacks it."""
-    libc = ctypes.CDLL(None, use_errno=True)
-    function = getattr(libc, "renameat2", None)
-    if function is None:
-        raise OSError(errno.EINVAL, "renameat2 is not in this C library")
-    result = function(
-        _AT_FDCWD, os.fsencode(source), _AT_FDCWD, os.fsencode(target), ctypes.c_uint(flags)
-    )
-    if result != 0:
-        number = ctypes.get_errno()
-        raise OSError(number, os.strerror(number), str(target))
-
-
-def _move_into_place(workdir: Path, final: Path, progress: Progress) -> Path | None:
-    """Rename `workdir` to `final`; return where the bundle it replaced now is, if any."""
-    try:
-        if final.exists():
-            return _exchange(workdir, final, progress)
-        _rename_no_replace(workdir, final)
-    except FileExistsError as error:
-        raise BadInput(
-            "the bundle appeared while it was being sealed",
-            where=str(final),
-            hint="another build of the same bundle ran at the same time; run this one again",
-        ) from error
-    _fsync_dir(final.parent)
-    progress("renamed into place")
-    return None
-
-
-def _rename_no_replace(workdir: Path, final: Path) -> None:
-    try:
-        renameat2(workdir, final, _RENAME_NOREPLACE)
-    except OSError as error:
-        if error.errno not in (errno.EINVAL, errno.ENOSYS):
-            raise
-        if final.exists():
-            raise FileExistsError(errno.EEXIST, "exists", str(final)) from error
-        workdir.rename(final)
-
-
-def _exchange(workdir: Path, final: Path, progress: Progress) -> Path:
-    try:
-        renameat2(workdir, final, _RENAME_EXCHANGE)
-    except OSError as error:
-        if error.errno not in (errno.EINVAL, errno.ENOSYS):
-            raise
-        aside = final.parent / f".{final.name}.replaced-{secrets.token_hex(8)}"
-        final.rename(aside)
-        workdir.rename(final)
-        _fsync_dir(final.parent)
-        progress("renamed into place")
-        return aside
-    _fsync_dir(final.parent)
-    progress("renamed into place")
-    return workdir

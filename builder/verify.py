@@ -20,19 +20,28 @@ from types import SimpleNamespace
 from typing import Any
 
 from builder import bundle, imported
-from builder.build import OBSERVATIONS_FILE, teacher_from_bytes
-from builder.bundle import SUITE_FILE, TEACHER_FILE
-from builder.claims import ClaimCheck, environments_claim, oracle_claim, roles_claim
+from builder.build import DISPATCH_FILE, OBSERVATIONS_FILE, teacher_from_bytes
+from builder.bundle import KERNEL_SETS_DIR, SUITE_FILE, TEACHER_FILE
+from builder.claims import (
+    ClaimCheck,
+    dispatch_claims,
+    environments_claim,
+    oracle_claim,
+    roles_claim,
+)
+from builder.dispatch import HostCapabilities, differs, predict
 from builder.drift import Drift, DriftKind
 from builder.errors import BadInput, ReproError
 from builder.hashing import sha256_bytes, sha256_file
 from builder.integrity import verify_bundle
+from builder.kernels import KernelSet, dispatches
 from builder.keys import TrustedKeys
 from builder.loader import FileSystem, dlopen_closure, executable_closure
 from builder.loaderhost import HostFileSystem, RememberingFileSystem, host_config, read_cache
-from builder.lock import EvidenceClass, Lock, MappedObject
+from builder.lock import EvidenceClass, Lock, MappedObject, WheelArtifact
 from builder.manifest import Manifest, Suite, expand
 from builder.observations import Observations, drifts, observe
+from builder.observe.host import observe_host
 from launch.evidence import OracleRow
 from launch.runrecord import AUDIT_DIR, DRIFTS_FILE, ROWS_FILE, VERDICTS_FILE
 
@@ -45,6 +54,8 @@ class VerifyReport:
     findings: tuple[Drift, ...]
     observations: Observations | None = None
     """This host as `--host` observed it."""
+    stopped: str = ""
+    """Why `--host` observed no more than it did (a host of another dispatch)."""
 
     @property
     def ok(self) -> bool:
@@ -65,6 +76,11 @@ def verify(
     checks = recompute(sealed)
     if not host:
         return VerifyReport(path, integrity.key_ids, checks, ())
+    # The cheapest refusal first: on a host that selects other code, nothing else matters.
+    selected = dispatch_drifts(sealed, observe_host().capabilities())
+    if selected:
+        stopped = "this host selects other code than the record ran: nothing else observed"
+        return VerifyReport(path, integrity.key_ids, checks, tuple(selected), stopped=stopped)
     observed = observe(sealed.manifest)
     findings = tuple(host_drifts(sealed, observed))
     return VerifyReport(path, integrity.key_ids, checks, findings, observed)
@@ -94,6 +110,14 @@ class OpenedBundle:
     def oracle(self, relative: str) -> Path:
         return self.path / bundle.ORACLE_DIR / relative
 
+    @property
+    def kernels(self) -> Path:
+        """The kernel sets the bundle sealed: its dispatch rules and pins are judged by these."""
+        return self.path / KERNEL_SETS_DIR
+
+    def kernel_sets(self) -> tuple[KernelSet, ...]:
+        return tuple(KernelSet.load(n, self.kernels) for n in self.manifest.native.kernel_sets)
+
     def observations(self) -> dict[str, Any]:
         document: dict[str, Any] = json.loads(self.evidence(OBSERVATIONS_FILE).read_text())
         return document
@@ -112,6 +136,7 @@ def recompute(sealed: OpenedBundle) -> tuple[ClaimCheck, ...]:
         checks.extend(_oracle_checks(sealed, rows))
         checks.extend(_fresh_start_checks(sealed, rows))
         checks.append(_native_check(sealed))
+        checks.append(_dispatch_check(sealed))
         checks.append(_gates_check(sealed))
         checks.extend(_observed_checks(sealed))
     except (ReproError, OSError, ValueError, KeyError) as error:
@@ -219,6 +244,35 @@ def _native_check(sealed: OpenedBundle) -> ClaimCheck:
     )
 
 
+def _dispatch_check(sealed: OpenedBundle) -> ClaimCheck:
+    """Each choice of code recomputed: the variant mapped in the sealed audit (or reported by
+    the sealed probe) and the deciding facts of the sealed host, by the sealed kernel sets."""
+    host = sealed.observations()["host"]
+    probes = json.loads(sealed.evidence(DISPATCH_FILE).read_text())
+    lock = sealed.lock
+    found = dispatch_claims(
+        sealed.kernel_sets(),
+        sealed.manifest.native.modules,
+        host=HostCapabilities(arch=host["arch"], cpu_flags=frozenset(host["cpu_flags"])),
+        env=lock.launch.env,
+        roles=lock.native.roles,
+        probes=probes,
+    )
+    same = found.claims == lock.native.dispatch
+    shown = ", ".join(f"{c.name}={c.variant}" for c in lock.native.dispatch) or "none"
+    problems = list(found.disagreements)
+    if not same:
+        ours = ", ".join(f"{c.name}={c.variant} {c.facts}" for c in found.claims) or "none"
+        problems.append(f"recomputed {ours}")
+    return ClaimCheck(
+        "native.dispatch (variant and deciding facts)",
+        EvidenceClass.SEALED,
+        shown,
+        same and not found.disagreements,
+        "; ".join(problems),
+    )
+
+
 def _gates_check(sealed: OpenedBundle) -> ClaimCheck:
     verdicts = json.loads(sealed.evidence(VERDICTS_FILE).read_text())
     failed = [v["gate"] for v in verdicts if v["status"] == "fail"]
@@ -258,12 +312,48 @@ def _observed_checks(sealed: OpenedBundle) -> list[ClaimCheck]:
             packages == lock.python.packages,
         )
     )
+    recorded = observed.get("artifacts") or {}
+    artifacts = {k: WheelArtifact.model_validate(v) for k, v in recorded.get("pinned", {}).items()}
+    same = artifacts == lock.python.artifacts
+    same = same and recorded.get("unresolved", {}) == lock.python.unrestorable
+    checks.append(
+        _equal(
+            "python.artifacts (wheel file and sha256)",
+            lock.python.evidence,
+            f"{len(artifacts)} wheels, {len(lock.python.unrestorable)} unrestorable",
+            f"{len(lock.python.artifacts)} wheels",
+            same,
+        )
+    )
     host_ok = observed["host"] == lock.host.facts
     checks.append(_equal("host.facts", lock.host.evidence, "recorded", "recorded", host_ok))
     return checks
 
 
 # --- this host against the lock ------------------------------------------------------------------
+
+
+def dispatch_drifts(sealed: OpenedBundle, host: HostCapabilities) -> list[Drift]:
+    """Each locked choice of code against the one the sealed kernel sets predict for `host`."""
+    rules = dispatches(sealed.kernel_sets())
+    found = []
+    for claim in sealed.lock.native.dispatch:
+        if claim.name not in rules:
+            found.append(
+                Drift(
+                    kind=DriftKind.DISPATCH,
+                    subject=claim.name,
+                    expected=f"a dispatch rule in kernel set {claim.kernel_set}",
+                    observed="none in the sealed kernel sets",
+                    why="a recorded choice of code that no sealed rule can predict",
+                )
+            )
+            continue
+        here = predict(rules[claim.name][1], host, sealed.lock.launch.env)
+        drift = differs(claim.name, claim.variant, claim.facts, here)
+        if drift is not None:
+            found.append(drift)
+    return found
 
 
 def host_drifts(sealed: OpenedBundle, observed: Observations) -> list[Drift]:

@@ -14,17 +14,22 @@ from pathlib import Path
 
 from builder import bundle
 from builder.build import (
+    DISPATCH_FILE,
     OBSERVATIONS_FILE,
     assemble_lock,
     evidence_files,
+    live_dispatch,
     observations_document,
+    probe_dispatch,
     teacher_from_bytes,
 )
-from builder.bundle import SUITE_FILE, TEACHER_FILE
+from builder.bundle import KERNEL_SETS_DIR, SUITE_FILE, TEACHER_FILE
 from builder.canonical import canonical_json
 from builder.errors import ReproError
 from builder.hashing import sha256_file
+from builder.kernels import KernelSet, kernel_set_files
 from builder.keys import SigningKey, TrustedKeys
+from builder.observe.artifacts import ArtifactFacts
 from builder.seal import BundleContent, SealedBundle, seal
 from builder.verify import OpenedBundle, VerifyReport, verify
 from launch.run import RunPlan, RunRecord, run_profile
@@ -70,20 +75,32 @@ def launch(
     teacher = teacher_from_bytes(opened.oracle(TEACHER_FILE).read_bytes())
     name = f"{manifest.bundle.name}-run-{time.strftime('%Y%m%dT%H%M%SZ', time.gmtime())}"
     run_dir = runs / f".{name}.work"
-    record = run_profile(RunPlan(manifest, chosen, run_dir, teacher=teacher))
+    kernels = path / KERNEL_SETS_DIR
+    kernel_sets = tuple(KernelSet.load(n, kernels) for n in manifest.native.kernel_sets)
+    observed = preflight.observations
+    probes = probe_dispatch(manifest, chosen, observed, kernel_sets) if observed else {}
+    record = run_profile(RunPlan(manifest, chosen, run_dir, teacher=teacher, kernels=kernels))
     sealed = None
-    if signing_key is not None and preflight.observations is not None and record.starts:
+    if signing_key is not None and observed is not None and record.starts:
         teacher_path = opened.oracle(TEACHER_FILE)
-        document = observations_document(preflight.observations)
+        # A replay installs nothing: its artifacts are the bundle's.
+        artifacts = ArtifactFacts(
+            dict(opened.lock.python.artifacts), dict(opened.lock.python.unrestorable)
+        )
+        document = observations_document(observed, artifacts)
         (run_dir / OBSERVATIONS_FILE).write_bytes(canonical_json(document))
+        (run_dir / DISPATCH_FILE).write_bytes(canonical_json(probes))
+        dispatch = live_dispatch(manifest, observed, record, kernel_sets, probes)
         lock = assemble_lock(
             manifest,
             opened.lock.bundle.manifest_path,
-            preflight.observations,
+            observed,
             record,
             opened.suite,
             suite_sha256=opened.lock.oracle.suite_sha256,
             teacher_sha256=sha256_file(teacher_path),
+            dispatch=dispatch.claims,
+            artifacts=artifacts,
         )
         content = BundleContent(
             name=name,
@@ -95,6 +112,7 @@ def launch(
                 TEACHER_FILE: opened.oracle(TEACHER_FILE),
             },
             evidence=evidence_files(run_dir, len(record.starts)),
+            kernels=kernel_set_files(manifest.native.kernel_sets, kernels),
         )
         sealed = seal(content, signing_key, runs)
     return Replay(preflight, record, sealed)

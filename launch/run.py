@@ -34,9 +34,11 @@ from typing import Any, Final, cast
 
 from builder.audit import AuditReport
 from builder.auditreport import report_document
+from builder.dispatch import HostCapabilities
 from builder.errors import BadInput, ExitCode, ReproError
-from builder.kernels import runtime_markers
+from builder.kernels import KERNELS_DIR, runtime_markers
 from builder.manifest import Manifest, Suite
+from builder.observe.host import observe_host
 from builder.observe.native import judge_tree, observe_tree, policy_from_manifest
 from builder.observe.processes import HashMemo
 from launch import gates, metrics, oracle, quality, registry
@@ -99,6 +101,10 @@ class RunPlan:
     """Replaces the manifest's model directories, by role."""
     caller_environment: Mapping[str, str] = field(default_factory=lambda: dict(os.environ))
     registry: Path = field(default_factory=registry.default_registry)
+    kernels: Path = KERNELS_DIR
+    """Where the manifest's kernel sets are read: a replay reads those its bundle sealed."""
+    host: HostCapabilities | None = None
+    """The host facts dispatch is predicted for; None: this host's, observed at each audit."""
 
 
 @dataclass(frozen=True)
@@ -330,7 +336,8 @@ def _audit(run: _Run, record: StartRecord, pid: int) -> AuditReport:
     """The live audit of every process of the tree, one evidence file per role."""
     manifest, directory = run.plan.manifest, run.directory
     tree = observe_tree(pid, show_progress=False, memo=run.memo)
-    report = judge_tree(tree, policy_from_manifest(manifest))
+    host = run.plan.host or observe_host().capabilities()
+    report = judge_tree(tree, policy_from_manifest(manifest, host, kernels=run.plan.kernels))
     document = report_document(report)
     processes = cast(list[dict[str, Any]], document.pop("processes"))
     by_role: dict[str, list[dict[str, Any]]] = {}
@@ -376,7 +383,7 @@ def judge(plan: RunPlan, starts: tuple[StartRecord, ...]) -> tuple[Verdict, ...]
         server_log=_read_log(first.directory),
         later_starts=tuple(tuple(start.rows) for start in starts[1:]),
     )
-    markers = runtime_markers(plan.manifest.native.kernel_sets)
+    markers = runtime_markers(plan.manifest.native.kernel_sets, plan.kernels)
     verdicts = gates.judge(plan.manifest.oracle.gates, evidence, kernel_markers=markers)
     if plan.teacher is None:
         verdicts = tuple(_capturing(verdict) for verdict in verdicts)

@@ -23,6 +23,7 @@ from bundle_assets import (
     seal_example,
 )
 
+from builder import atomic
 from builder import seal as sealing
 from builder.bundle import ENVELOPE, LOCK, SHA256SUMS, STATEMENT
 from builder.canonical import canonical_json
@@ -157,7 +158,7 @@ def test_force_replaces_by_two_renames_where_exchange_is_not_supported(
         raise OSError(errno.EINVAL, "Invalid argument")
 
     seal_example(tmp_path / "repro", tag="old")
-    monkeypatch.setattr(sealing, "renameat2", unsupported)
+    monkeypatch.setattr(atomic, "renameat2", unsupported)
     steps: list[str] = []
     bundle = seal_example(tmp_path / "repro", tag="new", force=True, progress=steps.append).path
     assert _sealed_tag(bundle) == "new"

@@ -39,6 +39,7 @@ def report_document(report: VerifyReport) -> dict[str, Any]:
             for c in report.checks
         ],
         "drifts": [d.model_dump(mode="json") for d in report.findings],
+        "stopped": report.stopped or None,
     }
 
 
@@ -57,6 +58,8 @@ def print_report(report: VerifyReport) -> None:
         )
     if report.findings:
         out.print(drift_table(report.findings))
+    if report.stopped:
+        out.print(report.stopped)
     signers = ", ".join(k[:16] for k in report.key_ids) or "nobody"
     verdict = "PASS" if report.ok else "FAIL"
     out.print(f"{verdict}: {report.bundle} signed by {signers}")

@@ -14,6 +14,7 @@ from builder.auditreport import print_report, report_document
 from builder.errors import BadInput, ExitCode
 from builder.loaderhost import host_config
 from builder.manifest import Manifest
+from builder.observe.host import observe_host
 from builder.observe.native import judge_tree, observe_tree, policy_from_flags, policy_from_manifest
 from builder.observe.processes import pid_listening_on
 from builder.render import write_json
@@ -72,8 +73,9 @@ def configure_parser(parser: argparse.ArgumentParser) -> None:
 def execute(args: argparse.Namespace) -> int:
     pid = args.pid if args.pid is not None else pid_listening_on(args.port)
     tree = observe_tree(pid, show_progress=not args.json)
+    host = observe_host().capabilities()
     if args.manifest is not None:
-        policy = policy_from_manifest(Manifest.from_path(args.manifest))
+        policy = policy_from_manifest(Manifest.from_path(args.manifest), host)
     else:
         policy = policy_from_flags(
             tree,
@@ -83,6 +85,7 @@ def execute(args: argparse.Namespace) -> int:
             roles=parse_roles(args.role),
             preload=args.allow_preload,
             kernel_sets=args.kernel_set,
+            host=host,
         )
     report = judge_tree(tree, policy)
     if args.json:

@@ -14,6 +14,7 @@ import platform
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+from builder.dispatch import HostCapabilities
 from builder.drift import Drift, DriftKind
 from builder.manifest import Accelerator as ManifestAccelerator
 from builder.manifest import Host
@@ -54,6 +55,10 @@ class HostFacts:
     cpu_count: int
     memory_bytes: int | None
     accelerators: tuple[Accelerator, ...]
+
+    def capabilities(self) -> HostCapabilities:
+        """What a dispatch reads of this host (`builder.dispatch`)."""
+        return HostCapabilities(arch=self.arch, cpu_flags=frozenset(self.cpu_flags))
 
     def to_json(self) -> dict[str, object]:
         document = asdict(self)

@@ -14,19 +14,23 @@ from pathlib import Path
 from rich.progress import Progress, SpinnerColumn, TextColumn
 
 from builder.audit import AuditPolicy, AuditReport, LoaderInputs, judge
-from builder.kernels import KernelSet
+from builder.dispatch import HostCapabilities
+from builder.kernels import KERNELS_DIR, KernelSet, dispatches
 from builder.loaderhost import HostFileSystem, RememberingFileSystem, host_config, read_cache
 from builder.manifest import Manifest
 from builder.observe.processes import HashMemo, TreeSnapshot, snapshot_tree
 from builder.observe.python import expand_all, path_values
 
 
-def policy_from_manifest(manifest: Manifest) -> AuditPolicy:
-    """The manifest's `[native]` and `[launch.processes]` with placeholders expanded."""
+def policy_from_manifest(
+    manifest: Manifest, host: HostCapabilities, *, kernels: Path = KERNELS_DIR
+) -> AuditPolicy:
+    """The manifest's `[native]` and `[launch.processes]` with placeholders expanded, its kernel
+    sets read from `kernels`, dispatch predicted for `host`."""
     values = path_values(manifest)
     values |= {f"source.{s.name}": str(manifest.resolve(s.path)) for s in manifest.sources}
     native = manifest.native
-    kernel_sets = tuple(KernelSet.load(name) for name in native.kernel_sets)
+    kernel_sets = tuple(KernelSet.load(name, kernels) for name in native.kernel_sets)
     return AuditPolicy(
         allowed_roots=_real(expand_all(native.allowed_roots, values)),
         modules=native.modules,
@@ -37,6 +41,8 @@ def policy_from_manifest(manifest: Manifest) -> AuditPolicy:
         kernel_sets=kernel_sets,
         # The kernel reports mapped files by their real paths: pins expand to real paths too.
         values={name: str(Path(value).resolve()) for name, value in values.items()},
+        dispatches={name: d for name, (_, d) in dispatches(kernel_sets).items()},
+        host=host,
     )
 
 
@@ -49,16 +55,21 @@ def policy_from_flags(
     roles: dict[str, int],
     preload: Sequence[str],
     kernel_sets: Sequence[str] = (),
+    host: HostCapabilities | None = None,
 ) -> AuditPolicy:
     """Without a manifest: the roots given, else the loader's system directories and the
-    prefix (`bin/..`) of every executable, both the real one and the one it was started as."""
+    prefix (`bin/..`) of every executable, both the real one and the one it was started as.
+    A module a kernel set dispatches is expected as the variant it predicts for `host`."""
     roots = tuple(allowed_roots) or (*system_dirs, *_executable_prefixes(tree))
+    sets = tuple(KernelSet.load(name) for name in kernel_sets)
     return AuditPolicy(
         allowed_roots=_real(roots),
         modules=tuple(modules),
         roles=roles,
         preload=_real(preload),
-        platforms=tuple(KernelSet.load(name).platform for name in kernel_sets),
+        platforms=tuple(kernel_set.platform for kernel_set in sets),
+        dispatches={name: d for name, (_, d) in dispatches(sets).items()},
+        host=host,
     )
 
 

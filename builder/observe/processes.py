@@ -23,9 +23,13 @@ from builder.procmaps import FileId, Mapping, file_mappings, parse_maps
 
 ELF_MAGIC = b"\x7fELF"
 
-# Environment variables that steer the dynamic loader or the interpreter's imports; only these
-# are kept from a process's environment, so a snapshot never carries unrelated secrets.
-LOADER_ENV = re.compile(r"^(LD_[A-Z_]+|PYTHON[A-Z_]*|GLIBC_TUNABLES|VLLM_[A-Z0-9_]+)$")
+# Environment variables that steer the dynamic loader, the interpreter's imports or a kernel
+# library's choice of code path (ATEN_CPU_CAPABILITY, ONEDNN_MAX_CPU_ISA, MKL_CBWR, ...); only
+# these are kept from a process's environment, so a snapshot never carries unrelated secrets.
+LOADER_ENV = re.compile(
+    r"^(LD_[A-Z_]+|PYTHON[A-Z_]*|GLIBC_TUNABLES|VLLM_[A-Z0-9_]+|ATEN_[A-Z_]+|ONEDNN_[A-Z_]+"
+    r"|DNNL_[A-Z_]+|MKL_[A-Z_]+)$"
+)
 
 ROLE_PATTERNS: tuple[tuple[str, re.Pattern[str]], ...] = (
     ("resource_tracker", re.compile(r"multiprocessing\.resource_tracker")),
