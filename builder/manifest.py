@@ -7,8 +7,8 @@ way such a file can be malformed into one `BadInput` that names the file, the ke
 expected and what was found.
 
 Relative paths in a manifest (`python.venv`, `model.path`, `model.hf_cache`, `source.path`,
-`source.patches.path`, `oracle.suite`, native roots) resolve against the directory that holds
-the manifest file, never against the current directory.
+`source.url` where it is a path, `source.patches.path`, `oracle.suite`, native roots) resolve
+against the directory that holds the manifest file, never against the current directory.
 """
 
 from __future__ import annotations
@@ -355,15 +355,26 @@ class Model(_Frozen):
     revision: GitCommit
     path: NonEmpty | None = None
     hf_cache: NonEmpty | None = None
+    generator: Literal["tiny-llama"] | None = None
+    """The model is written by repro's deterministic generator of that name (`tiny-llama`:
+    builder/tinymodel.py), so `repro restore` regenerates it into `path`; only with `path`."""
     files: Annotated[dict[ReleaseFile, Sha256], Field(min_length=1)]
     """The release file set: file name to sha256."""
 
     @model_validator(mode="after")
     def _one_location(self) -> Self:
+        violations: list[InitErrorDetails] = []
         if (self.path is None) == (self.hf_cache is None):
             expected = "exactly one of path (a local directory) or hf_cache (a hub cache root)"
             found = "both" if self.path is not None else "neither"
-            _raise_all("Model", [_violation((), "model location", expected, found)])
+            violations.append(_violation((), "model location", expected, found))
+        if self.generator is not None and self.hf_cache is not None:
+            expected = "a generator only with path (the directory it writes), not with hf_cache"
+            found = f"hf_cache = {json.dumps(self.hf_cache, ensure_ascii=False)}"
+            violations.append(
+                _violation(("generator",), "generator with hf_cache", expected, found)
+            )
+        _raise_all("Model", violations)
         return self
 
     def directory(self, base: Path) -> Path:
@@ -383,6 +394,9 @@ class Source(_Frozen):
     name: Name
     path: NonEmpty
     """The git work tree, relative to the manifest's directory or absolute."""
+    url: NonEmpty | None = None
+    """Where `repro restore` clones the repository from: any URL or path `git clone` accepts
+    (a relative path resolves against the manifest's directory)."""
     commit: GitCommit
     clean: bool = True
     """The work tree must show no change beyond `patches`."""

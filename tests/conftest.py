@@ -1,8 +1,9 @@
 """Shared fixtures.
 
 `tiny_server`: one real vLLM CPU server on the tiny model of the embedded default, started once
-per test session from `.venv-serve` (created by `scripts/setup-serve.sh`) and torn down, with
-proof, at the end. `tiny_server_spec`: how that server is started, for tests that start their own.
+per test session from `.venv-serve` (made by `make serve-env`, a `repro restore` of the committed
+bundle) and torn down, with proof, at the end. `tiny_server_spec`: how that server is started,
+for tests that start their own.
 """
 
 from __future__ import annotations

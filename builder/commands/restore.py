@@ -1,0 +1,102 @@
+"""Make on this machine what a verified bundle pins, so that `repro launch` can run it.
+
+The bundle is verified offline first (nothing unverified is run); then the serving environment
+is made from the locked wheels (fetched through the package index pip is configured with, each
+checked by sha256 before install), each model regenerated or fetched at its revision and each
+source cloned at its commit, every file checked against the lock. Idempotent: what already holds
+is left alone and said so. Atomic: each is built beside its final path and renamed into place.
+Exit 0 when everything holds, 1 when something cannot be made to hold.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from rich.console import Console
+
+from builder.commands._shared import add_trust_arguments, print_report, report_document, trusted
+from builder.errors import ExitCode
+from builder.render import console, drift_table, table, write_json
+from builder.restore.run import RestoreRefused, RestoreReport, restore
+
+
+def configure_parser(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("bundle", type=Path, metavar="BUNDLE")
+    add_trust_arguments(parser)
+    parser.add_argument(
+        "--anchor",
+        type=Path,
+        help="directory the manifest's relative paths resolve against on this host, as for "
+        "verify and launch (default: that of the manifest as the build was given it)",
+    )
+    parser.add_argument(
+        "--force", action="store_true", help="replace what exists and differs (atomically)"
+    )
+    parser.add_argument("--json", action="store_true", help="machine-readable report")
+
+
+def execute(args: argparse.Namespace) -> int:
+    quiet = args.json or not sys.stderr.isatty()
+    err = Console(stderr=True, quiet=quiet)
+    try:
+        report = restore(
+            args.bundle,
+            trusted(args),
+            anchor=args.anchor,
+            force=args.force,
+            progress=lambda message: err.print(f"repro restore: {message}"),
+        )
+    except RestoreRefused as refused:
+        if args.json:
+            write_json({"ok": False, "verify": report_document(refused.report), "steps": []})
+        else:
+            print_report(refused.report)
+            console().print(refused.diagnostics())
+        return int(ExitCode.CHECK_FAILED)
+    if args.json:
+        write_json(document(report))
+    else:
+        print_restore(report)
+    return int(ExitCode.PASS if report.ok else ExitCode.CHECK_FAILED)
+
+
+def document(report: RestoreReport) -> dict[str, object]:
+    return {
+        "bundle": str(report.bundle),
+        "ok": report.ok,
+        "changed": report.changed,
+        "signed_by": list(report.key_ids),
+        "steps": [
+            {
+                "kind": step.kind,
+                "subject": step.subject,
+                "target": step.target,
+                "action": step.action.value,
+                "detail": step.detail,
+                "drifts": [d.model_dump(mode="json") for d in step.drifts],
+            }
+            for step in report.steps
+        ],
+    }
+
+
+def print_restore(report: RestoreReport) -> None:
+    out = console()
+    out.print(
+        table(
+            f"{report.bundle}: restored on this host",
+            ("kind", "subject", "where", "action", "detail"),
+            ((s.kind, s.subject, s.target, s.action.value, s.detail) for s in report.steps),
+        )
+    )
+    drifts = [d for step in report.steps for d in step.drifts]
+    if drifts:
+        out.print(drift_table(drifts))
+    if not report.ok:
+        out.print(f"FAIL: {report.bundle} cannot be restored here")
+    elif report.changed:
+        out.print(f"RESTORED: {report.bundle}")
+    else:
+        out.print(f"NOTHING TO DO: everything {report.bundle} pins already holds here")

@@ -1,0 +1,353 @@
+"""The serving environment, restored from the wheel artifacts its lock pins.
+
+Made in a temporary sibling of the venv's final path: an interpreter of exactly the locked
+version makes an empty venv; every locked wheel is fetched through the package index this
+machine's pip is configured with and checked against its locked file name and sha256 by repro
+itself before anything is installed; pip then installs exactly those files, `--no-deps`, in
+hash-checking mode, from that directory alone. A venv names its own path in a few places (the
+shebang of each console script and its RECORD hash, `activate`, `pyvenv.cfg`): those are written
+for the final path, as pip would have written them there. The result is observed like any
+serving venv (`builder.observe.python`): every distribution and version equal to the lock, every
+RECORD hash holding, no file no RECORD owns. Only then is it renamed into place.
+"""
+
+from __future__ import annotations
+
+import base64
+import csv
+import io
+import os
+import secrets
+import shutil
+import subprocess
+import sys
+from collections.abc import Iterator, Mapping, Sequence
+from pathlib import Path
+from typing import Final
+
+from builder.atomic import move_into_place
+from builder.drift import Drift, DriftKind
+from builder.errors import ReproError
+from builder.hashing import sha256_bytes, sha256_file
+from builder.lock import PythonClaim, WheelArtifact
+from builder.manifest import Python
+from builder.observe.artifacts import download, pip_command, requirement_lines
+from builder.observe.python import (
+    PythonFacts,
+    Venv,
+    compare,
+    interpreter_version,
+    normalize,
+    observe_python,
+    venv_values,
+)
+from builder.restore.step import Action, Progress, StepResult, no_progress
+
+INSTALL_TIMEOUT_S: Final = 1800.0
+KIND: Final = "python"
+
+
+class _Refused(Exception):
+    def __init__(self, *drifts: Drift) -> None:
+        super().__init__(drifts[0].why if drifts else "refused")
+        self.drifts = drifts
+
+
+def restore_python(
+    claim: PythonClaim,
+    python: Python,
+    venv: Path,
+    *,
+    force: bool = False,
+    progress: Progress = no_progress,
+) -> StepResult:
+    """Make `venv` hold exactly what `claim` pins (`python` is the manifest's `[python]`)."""
+    subject = str(venv)
+    if venv.exists() or venv.is_symlink():
+        found = _drifts_of(claim, python, venv)
+        if not found:
+            return StepResult(KIND, subject, subject, Action.ALREADY, _summary(claim))
+        if not force:
+            return StepResult(
+                KIND,
+                subject,
+                subject,
+                Action.REFUSED,
+                f"{venv} exists and differs from the lock ({len(found)} drift(s)); "
+                "--force replaces it",
+                tuple(found),
+            )
+    try:
+        base = base_interpreter(claim.interpreter)
+        missing = _unrestorable(claim)
+        if missing:
+            raise _Refused(*missing)
+        _build(claim, python, venv, base, progress)
+    except _Refused as refused:
+        return StepResult(KIND, subject, subject, Action.REFUSED, str(refused), refused.drifts)
+    return StepResult(KIND, subject, subject, Action.RESTORED, _summary(claim))
+
+
+def _summary(claim: PythonClaim) -> str:
+    return f"Python {claim.interpreter}, {len(claim.packages)} distributions"
+
+
+def _drifts_of(claim: PythonClaim, python: Python, venv: Path) -> list[Drift]:
+    """Every way the venv at `venv` differs from the lock; none when it holds exactly that."""
+    try:
+        facts = _observe(python, venv)
+    except ReproError as error:
+        return [_drift(str(venv), "a serving venv", error.found or error.what, error.what)]
+    return _versus_lock(claim, python, facts, str(venv))
+
+
+def _observe(python: Python, venv: Path) -> PythonFacts:
+    located = Venv.at(venv)
+    return observe_python(
+        python.model_copy(update={"check_record": True}), located, venv_values(located)
+    )
+
+
+def _versus_lock(claim: PythonClaim, python: Python, facts: PythonFacts, where: str) -> list[Drift]:
+    found = compare(python.model_copy(update={"check_record": True}), facts)
+    installed = {d.name: d.version for d in facts.distributions}
+    if facts.version != claim.interpreter:
+        found.append(
+            _drift(
+                f"{where}: interpreter",
+                f"Python {claim.interpreter}",
+                f"Python {facts.version}",
+                "the environment's interpreter is not the locked release",
+            )
+        )
+    for name in sorted(set(installed) | set(claim.packages)):
+        if installed.get(name) != claim.packages.get(name):
+            found.append(
+                _drift(
+                    f"{where}: package {name}",
+                    claim.packages.get(name, "not installed"),
+                    installed.get(name, "not installed"),
+                    "the environment is not the locked set of distributions",
+                )
+            )
+    return found
+
+
+def _unrestorable(claim: PythonClaim) -> list[Drift]:
+    return [
+        _drift(
+            f"package {name}",
+            f"{name}=={version} from a pinned wheel",
+            claim.unrestorable.get(normalize(name), "no wheel artifact in the lock"),
+            "restore installs only locked wheels, by sha256",
+        )
+        for name, version in sorted(claim.packages.items())
+        if normalize(name) not in claim.artifacts
+    ]
+
+
+# --- the interpreter --------------------------------------------------------------------------
+
+
+def base_interpreter(release: str, search: Sequence[Path] | None = None) -> Path:
+    """An interpreter of exactly `release` (e.g. 3.11.7) on this machine: repro's own base, then
+    `python3.X` and `python3` on PATH. Refused, naming each candidate, when none is."""
+    major_minor = ".".join(release.split(".")[:2])
+    candidates = list(search) if search is not None else _candidates(major_minor)
+    seen: list[str] = []
+    for candidate in candidates:
+        try:
+            version, _build = interpreter_version(candidate)
+        except ReproError:
+            continue
+        if version == release:
+            return candidate
+        seen.append(f"{candidate}: {version}")
+    raise _Refused(
+        _drift(
+            "interpreter",
+            f"Python {release}",
+            "; ".join(seen) or "no python3 on PATH",
+            "a venv is made by an interpreter of the locked release, which restore cannot install",
+        )
+    )
+
+
+def _candidates(major_minor: str) -> Iterator[Path]:
+    yield Path(sys.base_prefix) / "bin" / f"python{major_minor}"
+    for directory in os.environ.get("PATH", "").split(os.pathsep):
+        for name in (f"python{major_minor}", "python3"):
+            if directory and (Path(directory) / name).is_file():
+                yield Path(directory) / name
+
+
+# --- building the venv beside its final path ----------------------------------------------------
+
+
+def _build(claim: PythonClaim, python: Python, venv: Path, base: Path, progress: Progress) -> None:
+    token = secrets.token_hex(6)
+    workdir = venv.parent / f".{venv.name}.restoring-{token}"
+    wheels = venv.parent / f".{venv.name}.wheels-{token}"
+    venv.parent.mkdir(parents=True, exist_ok=True)
+    for leftover in _leftovers(venv):
+        progress(f"removing {leftover.name}, left by a restore that did not finish")
+        shutil.rmtree(leftover, ignore_errors=True)
+    try:
+        progress(f"making an empty venv with {base}")
+        command = [str(base), "-m", "venv", "--without-pip", "--prompt", venv.name, str(workdir)]
+        _run(command, "python -m venv")
+        target = workdir / "bin" / "python"
+        progress(f"fetching {len(claim.artifacts)} wheels through the configured package index")
+        _fetch(claim.artifacts, target, wheels)
+        progress(f"installing {len(claim.artifacts)} wheels, each checked by sha256")
+        _install(claim.artifacts, target, wheels)
+        relocate(workdir, venv)
+        progress("checking every installed file against its RECORD and the lock")
+        found = _versus_lock(claim, python, _observe(python, workdir), str(venv))
+        if found:
+            raise _Refused(*found)
+        replaced = move_into_place(workdir, venv, progress, what="venv")
+        if replaced is not None:
+            shutil.rmtree(replaced, ignore_errors=True)
+    finally:
+        shutil.rmtree(workdir, ignore_errors=True)
+        shutil.rmtree(wheels, ignore_errors=True)
+
+
+def _leftovers(venv: Path) -> list[Path]:
+    """Work directories of an earlier restore of `venv` that was killed before it finished."""
+    patterns = (f".{venv.name}.restoring-*", f".{venv.name}.wheels-*")
+    return sorted(p for pattern in patterns for p in venv.parent.glob(pattern) if p.is_dir())
+
+
+def _fetch(artifacts: Mapping[str, WheelArtifact], python: Path, wheels: Path) -> None:
+    """Every locked wheel, fetched and checked by repro before pip installs anything."""
+    requirements = [f"{a.name}=={a.version}" for _, a in sorted(artifacts.items())]
+    done = download(python, requirements, wheels)
+    problems = []
+    for _, artifact in sorted(artifacts.items()):
+        path = wheels / artifact.filename
+        found = sha256_file(path) if path.is_file() else None
+        if found != artifact.sha256:
+            problems.append(
+                _drift(
+                    f"wheel {artifact.filename}",
+                    f"sha256 {artifact.sha256}",
+                    f"sha256 {found}" if found else _not_fetched(wheels, artifact, done.stderr),
+                    "the package index serves other bytes than the lock pins",
+                )
+            )
+    if problems:
+        raise _Refused(*problems)
+
+
+def _not_fetched(wheels: Path, artifact: WheelArtifact, stderr: str) -> str:
+    stem = artifact.filename.split("-")[0].lower()
+    others = sorted(p.name for p in wheels.glob("*.whl") if p.name.lower().startswith(stem + "-"))
+    if others:
+        return f"the index served {', '.join(others)} instead"
+    lines = [line for line in stderr.strip().splitlines() if line.strip()]
+    return "not served by the package index" + (f": {lines[-1].strip()}" if lines else "")
+
+
+def _install(artifacts: Mapping[str, WheelArtifact], python: Path, wheels: Path) -> None:
+    listing = wheels / "hashed-requirements.txt"
+    listing.write_text("".join(f"{line}\n" for line in requirement_lines(artifacts)))
+    command = pip_command(
+        python,
+        "install",
+        "--quiet",
+        "--no-deps",
+        "--no-index",
+        "--no-compile",
+        "--only-binary=:all:",
+        "--require-hashes",
+        "--disable-pip-version-check",
+        "--find-links",
+        str(wheels),
+        "-r",
+        str(listing),
+    )
+    _run(command, "pip install", timeout=INSTALL_TIMEOUT_S)
+
+
+def _run(command: list[str], what: str, timeout: float = 300.0) -> None:
+    try:
+        done = subprocess.run(command, capture_output=True, text=True, timeout=timeout, check=False)
+    except (OSError, subprocess.TimeoutExpired) as error:
+        raise _Refused(_drift(what, "exit 0", str(error), f"{what} could not run")) from error
+    if done.returncode != 0:
+        lines = [line for line in done.stderr.strip().splitlines() if line.strip()]
+        last = lines[-1].strip() if lines else "no output"
+        raise _Refused(_drift(what, "exit 0", f"exit {done.returncode}: {last}", f"{what} failed"))
+
+
+# --- a venv made at one path, written for another --------------------------------------------
+
+
+def relocate(workdir: Path, final: Path) -> None:
+    """Write the venv built at `workdir` for `final`: each console script's shebang (and its
+    RECORD row, as pip writes it), `bin/activate*` and `pyvenv.cfg`. Nothing else of a venv made
+    with `--without-pip` and installed with `--no-compile` names its path."""
+    old, new = str(workdir), str(final)
+    site_packages = list((workdir / "lib").glob("python*/site-packages"))
+    scripts: dict[Path, bytes] = {}
+    for script in sorted((workdir / "bin").iterdir()):
+        if script.is_symlink() or not script.is_file():
+            continue
+        data = script.read_bytes()
+        if old.encode() not in data[:4096]:
+            continue
+        if script.name.startswith("activate") or data.startswith(b"#!"):
+            head, _, rest = data.partition(b"\n")
+            if script.name.startswith("activate"):
+                fixed = data.replace(old.encode(), new.encode())
+            else:
+                # A shebang, or pip's /bin/sh trampoline for long paths, in its first lines.
+                second, _, body = rest.partition(b"\n")
+                fixed = b"\n".join(
+                    (head.replace(old.encode(), new.encode()),
+                     second.replace(old.encode(), new.encode()), body)
+                )  # fmt: skip
+            script.write_bytes(fixed)
+            scripts[script] = fixed
+    config = workdir / "pyvenv.cfg"
+    config.write_text(config.read_text().replace(old, new))
+    for site in site_packages:
+        for record in site.glob("*.dist-info/RECORD"):
+            _rewrite_record(record, site, scripts)
+
+
+def _rewrite_record(record: Path, site: Path, scripts: Mapping[Path, bytes]) -> None:
+    rows = list(csv.reader(io.StringIO(record.read_text(encoding="utf-8"))))
+    changed = False
+    for row in rows:
+        if not row:
+            continue
+        path = Path(os.path.normpath(site / row[0]))
+        if path in scripts:
+            data = scripts[path]
+            digest = base64.urlsafe_b64encode(bytes.fromhex(sha256_bytes(data))).rstrip(b"=")
+            row[1:] = [f"sha256={digest.decode('ascii')}", str(len(data))]
+            changed = True
+    if changed:
+        out = io.StringIO()
+        csv.writer(out, lineterminator="\n").writerows(rows)
+        record.write_text(out.getvalue(), encoding="utf-8")
+
+
+_KINDS: Final = {
+    "package": DriftKind.PACKAGE_VERSION,
+    "wheel": DriftKind.ARTIFACT,
+    "interpreter": DriftKind.PYTHON_INTERPRETER,
+}
+
+
+def _drift(subject: str, expected: str, observed: str, why: str) -> Drift:
+    return Drift(
+        kind=_KINDS.get(subject.split(" ", maxsplit=1)[0], DriftKind.CLAIM),
+        subject=subject,
+        expected=expected,
+        observed=observed,
+        why=why,
+    )

@@ -1,0 +1,88 @@
+"""The order of a restore: the bundle proven first, then each pin made, each step reported.
+
+Nothing is made for a bundle that does not verify offline (signature, every file, every claim
+recomputed): restore runs nothing it has not verified first. Then the serving environment, each
+model and each source tree are made where the manifest places them on this host (its relative
+paths anchored like `verify --anchor`), each step independent, idempotent and atomic.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+from builder.errors import ReproError
+from builder.keys import TrustedKeys
+from builder.restore.models import restore_model
+from builder.restore.python import restore_python
+from builder.restore.sources import restore_source
+from builder.restore.step import Action, Progress, StepResult, no_progress
+from builder.verify import OpenedBundle, VerifyReport, verify
+
+
+class RestoreRefused(ReproError):
+    """The bundle does not verify offline: nothing was made."""
+
+    def __init__(self, report: VerifyReport) -> None:
+        failed = [c.claim for c in report.checks if not c.ok]
+        super().__init__(
+            "restore refused: the bundle does not verify",
+            where=str(report.bundle),
+            found=f"{len(report.findings)} drift(s), {len(failed)} claim(s) not recomputed",
+        )
+        self.report = report
+
+
+@dataclass(frozen=True)
+class RestoreReport:
+    bundle: Path
+    key_ids: tuple[str, ...]
+    steps: tuple[StepResult, ...]
+
+    @property
+    def ok(self) -> bool:
+        return all(step.ok for step in self.steps)
+
+    @property
+    def changed(self) -> bool:
+        return any(step.action is Action.RESTORED for step in self.steps)
+
+
+def restore(
+    path: Path,
+    trusted: TrustedKeys,
+    *,
+    anchor: Path | None = None,
+    force: bool = False,
+    progress: Progress = no_progress,
+) -> RestoreReport:
+    progress(f"verifying {path} offline")
+    report = verify(path, trusted, anchor=anchor)
+    if not report.ok:
+        raise RestoreRefused(report)
+    opened = OpenedBundle.read(path, anchor)
+    manifest = opened.manifest
+    base = _normal(manifest.resolve("."))
+    steps = [
+        restore_python(
+            opened.lock.python,
+            manifest.python,
+            _normal(manifest.resolve(manifest.python.venv)),
+            force=force,
+            progress=progress,
+        )
+    ]
+    steps += [
+        restore_model(model, _normal(model.directory(base)), force=force, progress=progress)
+        for model in manifest.models
+    ]
+    steps += [
+        restore_source(source, _normal(base / source.path), base, force=force, progress=progress)
+        for source in manifest.sources
+    ]
+    return RestoreReport(path, report.key_ids, tuple(steps))
+
+
+def _normal(path: Path) -> Path:
+    return Path(os.path.normpath(path.absolute()))

@@ -1,0 +1,42 @@
+"""The outcome of one restore step, as data: what was made, where, and what refused it."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from enum import StrEnum
+
+from builder.drift import Drift
+
+Progress = Callable[[str], None]
+"""Told what a step is doing, for a person watching; a no-op by default."""
+
+
+def no_progress(_message: str) -> None:
+    return None
+
+
+class Action(StrEnum):
+    RESTORED = "restored"
+    """Made now, checked against the lock, renamed into place."""
+    ALREADY = "already"
+    """It already held exactly what the lock pins: nothing was done."""
+    REFUSED = "refused"
+    """It cannot be made to hold: `drifts` say why; nothing was left at the target."""
+
+
+@dataclass(frozen=True)
+class StepResult:
+    kind: str
+    """python, model or source."""
+    subject: str
+    """The venv, the model's role, the source's name."""
+    target: str
+    """Where it lives on this host."""
+    action: Action
+    detail: str = ""
+    drifts: tuple[Drift, ...] = field(default_factory=tuple)
+
+    @property
+    def ok(self) -> bool:
+        return self.action is not Action.REFUSED
