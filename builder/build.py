@@ -178,10 +178,11 @@ def _build_imported(
     """A record produced elsewhere: it must pass the manifest's gates on its own evidence."""
     say("recomputing the imported record from its evidence")
     files, record, verdicts = imported.judge_record(manifest)
-    failed = [v for v in verdicts if not v.passed]
-    if failed:
-        refusals = [_verdict_drift(v.gate, v.summary) for v in failed]
-        raise BuildRefused("the record fails its own gates", refusals, where=str(manifest_path))
+    assert manifest.evidence is not None
+    _checked, refusals = imported.checksum_drifts(manifest.evidence, files)
+    refusals += [_verdict_drift(v.gate, v.summary) for v in verdicts if not v.passed]
+    if refusals:
+        raise BuildRefused("the record fails its own checks", refusals, where=str(manifest_path))
     say("sealing")
     sealed, lock = imported.seal_record(
         manifest, manifest_path, files, record, key=key, parent=parent, workdir=workdir, force=force

@@ -43,12 +43,15 @@ class ClaimCheck:
     detail: str = ""
 
 
-def bundle_claim(manifest: Manifest, manifest_source: str) -> BundleClaim:
-    """The bundle's name, its manifest's digest and where the build was given it."""
+def bundle_claim(
+    manifest: Manifest, manifest_source: str, *, manifest_sha256: str | None = None
+) -> BundleClaim:
+    """The bundle's name, its manifest's digest (of the file at `manifest_source` unless
+    given) and where the build was given it."""
     return BundleClaim(
         name=manifest.bundle.name,
         description=manifest.bundle.description,
-        manifest_sha256=sha256_file(Path(manifest_source)),
+        manifest_sha256=manifest_sha256 or sha256_file(Path(manifest_source)),
         manifest_path=manifest_source,
         repro_version=repro_version(),
     )

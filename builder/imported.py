@@ -10,6 +10,7 @@ recomputes from them is `sealed` and every claim it can only repeat is `declared
 from __future__ import annotations
 
 import json
+import posixpath
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -18,6 +19,7 @@ from typing import Any
 from builder import bundle
 from builder.canonical import canonical_json
 from builder.claims import ClaimCheck, bundle_claim, oracle_claim
+from builder.drift import Drift, DriftKind
 from builder.errors import BadInput
 from builder.hashing import sha256_bytes, sha256_file
 from builder.kernels import kernel_set_files
@@ -72,6 +74,7 @@ class ImportedFiles:
     identity: Path | None
     model_files: Path | None
     files: tuple[Path, ...]
+    checksums: tuple[Path, ...] = ()
 
     @classmethod
     def of_manifest(cls, manifest: Manifest, evidence: Evidence) -> ImportedFiles:
@@ -85,6 +88,7 @@ class ImportedFiles:
             identity=at(evidence.identity),
             model_files=at(evidence.model_files),
             files=tuple(manifest.resolve(p) for p in evidence.files),
+            checksums=tuple(manifest.resolve(p) for p in evidence.checksums),
         )
 
     @classmethod
@@ -97,6 +101,7 @@ class ImportedFiles:
             identity=root / IDENTITY if evidence.identity else None,
             model_files=root / MODEL_FILES if evidence.model_files else None,
             files=tuple(root / FILES / Path(p).name for p in evidence.files),
+            checksums=tuple(root / FILES / Path(p).name for p in evidence.checksums),
         )
 
     def sealed_names(self) -> dict[str, Path]:
@@ -110,9 +115,29 @@ class ImportedFiles:
             names[IDENTITY] = self.identity
         if self.model_files is not None:
             names[MODEL_FILES] = self.model_files
-        for path in self.files:
+        for path in (*self.files, *self.checksums):
             names[f"{FILES}/{path.name}"] = path
         return names
+
+    def locate(self, evidence: Evidence, original: str) -> Path | None:
+        """Where a file the manifest's `[evidence]` reaches is here, from its path relative
+        to the manifest (lexically normalised); None when it is none of them."""
+        original = posixpath.normpath(original)
+        run = posixpath.normpath(evidence.run)
+        if original.startswith(run + "/"):
+            return self.run / original[len(run) + 1 :]
+        named: list[tuple[str | None, Path | None]] = [
+            (evidence.teacher_tokens, self.teacher_tokens),
+            (evidence.teacher_texts, self.teacher_texts),
+            (evidence.identity, self.identity),
+            (evidence.model_files, self.model_files),
+            *zip(evidence.files, self.files, strict=True),
+            *zip(evidence.checksums, self.checksums, strict=True),
+        ]
+        for path, here in named:
+            if path is not None and posixpath.normpath(path) == original:
+                return here
+        return None
 
 
 def load_record(files: ImportedFiles) -> Record:
@@ -186,17 +211,18 @@ def assemble_lock(
     files: ImportedFiles,
     record: Record,
     *,
+    suite: Suite,
     suite_sha256: str,
     teacher_sha256: str,
+    manifest_sha256: str,
 ) -> Lock:
     identity = _identity(files.identity)
     toolchain: Mapping[str, Any] = identity.get("toolchain", {})
     declared = EvidenceClass.DECLARED
     teacher_profile = manifest.oracle.teacher
-    suite = manifest.load_suite()
     oracle = oracle_claim(manifest, suite, record.bench.rows, suite_sha256, teacher_sha256)
     return Lock(
-        bundle=bundle_claim(manifest, manifest_source),
+        bundle=bundle_claim(manifest, manifest_source, manifest_sha256=manifest_sha256),
         host=HostClaim(
             evidence=declared,
             facts=identity.get("host", {}),
@@ -272,6 +298,41 @@ def model_files_problems(manifest: Manifest, listing: str, where: str) -> list[s
     return problems
 
 
+def checksum_drifts(evidence: Evidence, files: ImportedFiles) -> tuple[int, list[Drift]]:
+    """The record's own checksum lists against the files they name: how many entries were
+    checked, and a drift for each entry whose file is not sealed or holds other bytes. A path
+    in a list is relative to the list's directory, as `sha256sum -c` run there reads it."""
+    checked, drifts = 0, []
+    for listed, path in zip(evidence.checksums, files.checksums, strict=True):
+        base = posixpath.dirname(posixpath.normpath(listed))
+        name = Path(listed).name
+        for number, line in enumerate(path.read_text().splitlines(), start=1):
+            digest, _, entry = line.partition("  ")
+            where = f"{name}:{number}"
+            if len(digest) != 64 or not entry:
+                drifts.append(_checksum_drift(where, "<sha256>  <path>", repr(line[:80])))
+                continue
+            target = files.locate(evidence, posixpath.join(base, entry.lstrip("*")))
+            if target is None:
+                drifts.append(_checksum_drift(where, f"{entry} sealed", "not among the files"))
+                continue
+            found = sha256_file(target) if target.is_file() else "missing"
+            checked += 1
+            if found != digest:
+                drifts.append(_checksum_drift(f"{where} {entry}", digest, found))
+    return checked, drifts
+
+
+def _checksum_drift(subject: str, expected: str, observed: str) -> Drift:
+    return Drift(
+        kind=DriftKind.CHECKSUMS,
+        subject=subject,
+        expected=expected,
+        observed=observed,
+        why="a record's files must be those its own checksum list names",
+    )
+
+
 def judge_record(manifest: Manifest) -> tuple[ImportedFiles, Record, tuple[Verdict, ...]]:
     """Load the record the manifest imports and judge it by the manifest's own gates."""
     assert manifest.evidence is not None, "only a manifest with [evidence] imports a record"
@@ -312,8 +373,10 @@ def seal_record(
         str(manifest_path),
         files,
         record,
+        suite=manifest.load_suite(),
         suite_sha256=sha256_file(suite_path),
         teacher_sha256=sha256_file(teacher_path),
+        manifest_sha256=sha256_file(manifest_path),
     )
     content = BundleContent(
         name=manifest.bundle.name,
@@ -359,8 +422,48 @@ def recompute(path: Path, manifest: Manifest, lock: Lock) -> list[ClaimCheck]:
                 "; ".join(problems),
             )
         )
+    checked, drifts = checksum_drifts(manifest.evidence, files)
+    if manifest.evidence.checksums:
+        checks.append(
+            ClaimCheck(
+                "the record's own checksum lists = its files",
+                sealed,
+                f"{checked} files",
+                not drifts,
+                "; ".join(
+                    f"{d.subject}: listed {d.expected}, found {d.observed}" for d in drifts[:5]
+                ),
+            )
+        )
+    checks.append(_lock_check(path, manifest, lock, files, record))
     checks.extend(_declared(lock))
     return checks
+
+
+def _lock_check(
+    path: Path, manifest: Manifest, lock: Lock, files: ImportedFiles, record: Record
+) -> ClaimCheck:
+    """The whole lock assembled again from the sealed manifest, identity and record: every
+    declared value is the one its sealed file states, and nothing else."""
+    oracle = path / bundle.ORACLE_DIR
+    again = assemble_lock(
+        manifest,
+        lock.bundle.manifest_path,
+        files,
+        record,
+        suite=Suite.from_path(oracle / bundle.SUITE_FILE),
+        suite_sha256=sha256_file(oracle / bundle.SUITE_FILE),
+        teacher_sha256=sha256_file(oracle / bundle.TEACHER_FILE),
+        manifest_sha256=sha256_file(path / bundle.MANIFEST),
+    )
+    sections = [name for name in Lock.model_fields if getattr(again, name) != getattr(lock, name)]
+    return ClaimCheck(
+        "lock = the sealed manifest, identity and record",
+        EvidenceClass.SEALED,
+        f"{len(Lock.model_fields) - len(sections)}/{len(Lock.model_fields)} sections equal",
+        not sections,
+        "differs: " + ", ".join(sections) if sections else "",
+    )
 
 
 def _oracle_checks(path: Path, manifest: Manifest, lock: Lock, record: Record) -> list[ClaimCheck]:

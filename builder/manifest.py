@@ -870,6 +870,10 @@ class Evidence(_Frozen):
     """The release files of the models, in `sha256sum` format."""
     files: tuple[NonEmpty, ...] = ()
     """Further files sealed verbatim beside the evidence (e.g. an observed pip freeze)."""
+    checksums: tuple[NonEmpty, ...] = ()
+    """The record's own `sha256sum` lists of its files, each path relative to the list's
+    directory, sealed verbatim beside the evidence. Every file a list names must be one the
+    bundle seals, with those bytes: checked by `repro build` and again by `repro verify`."""
 
 
 # --- the manifest ---------------------------------------------------------------------------------

@@ -42,8 +42,21 @@ from builder.lock import EvidenceClass, Lock, MappedObject, WheelArtifact
 from builder.manifest import Manifest, Suite, expand
 from builder.observations import Observations, drifts, observe
 from builder.observe.host import observe_host
-from launch.evidence import OracleRow
-from launch.runrecord import AUDIT_DIR, DRIFTS_FILE, ROWS_FILE, VERDICTS_FILE
+from builder.observe.python import PythonFacts
+from builder.observe.sources import SourceFacts
+from launch import metrics
+from launch.evidence import OracleRow, RunEvidence, Teacher, Verdict, VerdictStatus
+from launch.gates import LIVE_AUDIT_GATE, judge_run
+from launch.runrecord import (
+    AUDIT_DIR,
+    DRIFTS_FILE,
+    LOG_FILE,
+    METRICS_AFTER,
+    METRICS_BEFORE,
+    ROWS_FILE,
+    RUN_FILE,
+    VERDICTS_FILE,
+)
 
 
 @dataclass(frozen=True)
@@ -139,6 +152,7 @@ def recompute(sealed: OpenedBundle) -> tuple[ClaimCheck, ...]:
         checks.append(_dispatch_check(sealed))
         checks.append(_gates_check(sealed))
         checks.extend(_observed_checks(sealed))
+        checks.extend(_anchored_checks(sealed))
     except (ReproError, OSError, ValueError, KeyError) as error:
         detail = error.diagnostics() if isinstance(error, ReproError) else repr(error)
         checks.append(ClaimCheck("evidence", EvidenceClass.SEALED, "unreadable", False, detail))
@@ -274,15 +288,86 @@ def _dispatch_check(sealed: OpenedBundle) -> ClaimCheck:
 
 
 def _gates_check(sealed: OpenedBundle) -> ClaimCheck:
-    verdicts = json.loads(sealed.evidence(VERDICTS_FILE).read_text())
-    failed = [v["gate"] for v in verdicts if v["status"] == "fail"]
-    return ClaimCheck(
-        "teacher run gates",
-        EvidenceClass.SEALED,
-        f"{len(verdicts) - len(failed)}/{len(verdicts)} pass or n/a",
-        not failed,
-        ", ".join(failed),
+    """Every gate verdict recomputed from the sealed evidence by the function the run judged
+    with, and equal to the sealed verdicts: the same gates, in order, with the same outcome and
+    numbers. A start's live audit passes exactly when its sealed audit holds no drift."""
+    sealed_verdicts = tuple(
+        Verdict.model_validate(v) for v in json.loads(sealed.evidence(VERDICTS_FILE).read_text())
     )
+    ours = recompute_verdicts(sealed)
+    names = [v.gate for v in ours]
+    failed = [v.gate for v in ours if not v.passed]
+    problems = []
+    if [v.gate for v in sealed_verdicts] != names:
+        problems.append(
+            f"{VERDICTS_FILE} names {[v.gate for v in sealed_verdicts]}, the manifest's gates "
+            f"over the sealed evidence give {names}"
+        )
+    else:
+        for mine, theirs in zip(ours, sealed_verdicts, strict=True):
+            audit = mine.gate.startswith(f"{LIVE_AUDIT_GATE}:")
+            same = mine.status == theirs.status if audit else mine == theirs
+            if not same:
+                problems.append(
+                    f"{mine.gate}: recomputed {mine.status.value} ({mine.summary}), "
+                    f"sealed {theirs.status.value} ({theirs.summary})"
+                )
+    if failed:
+        problems.append("failed: " + ", ".join(failed))
+    return ClaimCheck(
+        "gates (every verdict recomputed)",
+        EvidenceClass.SEALED,
+        f"{len(ours) - len(failed)}/{len(ours)} pass or n/a",
+        not problems,
+        "; ".join(problems),
+    )
+
+
+def recompute_verdicts(sealed: OpenedBundle) -> tuple[Verdict, ...]:
+    """The manifest's gates over the bundle's sealed run, as `launch.run.judge` judged it."""
+    manifest = sealed.manifest
+    run = json.loads(sealed.evidence(RUN_FILE).read_text())
+    teacher = None
+    if run.get("teacher") is not None:
+        teacher = Teacher.model_validate(run["teacher"])
+        if teacher != teacher_from_bytes(sealed.oracle(TEACHER_FILE).read_bytes()):
+            raise BadInput(
+                "the run was judged against another teacher than the one sealed",
+                where=str(sealed.evidence(RUN_FILE)),
+                expected=f"the teacher of {bundle.ORACLE_DIR}/{TEACHER_FILE}",
+            )
+    starts = manifest.oracle.gates.fresh_starts
+    before = _text(sealed.evidence(f"start-1/{METRICS_BEFORE}"))
+    after = _text(sealed.evidence(f"start-1/{METRICS_AFTER}"))
+    evidence = RunEvidence(
+        rows=_rows(sealed, 1),
+        teacher=teacher,
+        metrics=metrics.delta(before, after) if before is not None and after is not None else None,
+        metrics_after=after,
+        server_log=_text(sealed.evidence(f"start-1/{LOG_FILE}")),
+        later_starts=tuple(_rows(sealed, start) for start in range(2, starts + 1)),
+    )
+    markers = tuple(marker for kernel_set in sealed.kernel_sets() for marker in kernel_set.markers)
+    verdicts = judge_run(manifest.oracle.gates, evidence, kernel_markers=markers)
+    audits = tuple(
+        Verdict(
+            gate=f"{LIVE_AUDIT_GATE}:start-{start}",
+            status=VerdictStatus.PASS if _audit_clean(sealed, start) else VerdictStatus.FAIL,
+            summary="recomputed from the sealed audit's drifts",
+        )
+        for start in range(1, starts + 1)
+    )
+    return (*verdicts, *audits)
+
+
+def _audit_clean(sealed: OpenedBundle, start: int) -> bool:
+    path = sealed.evidence(f"start-{start}/{AUDIT_DIR}/{DRIFTS_FILE}")
+    return path.is_file() and json.loads(path.read_text()) == []
+
+
+def _text(path: Path) -> str | None:
+    """Sealed evidence as the run read it: bytes decoded with replacement; None when absent."""
+    return path.read_bytes().decode(errors="replace") if path.is_file() else None
 
 
 def _observed_checks(sealed: OpenedBundle) -> list[ClaimCheck]:
@@ -328,6 +413,89 @@ def _observed_checks(sealed: OpenedBundle) -> list[ClaimCheck]:
     host_ok = observed["host"] == lock.host.facts
     checks.append(_equal("host.facts", lock.host.evidence, "recorded", "recorded", host_ok))
     return checks
+
+
+def _anchored_checks(sealed: OpenedBundle) -> list[ClaimCheck]:
+    """Every lock value taken from a sealed file, checked equal to that file: the manifest
+    (bundle, model pins, source pins, launch, enforced host facts, kernel sets), the build's
+    observations (interpreter, source state, RECORD checks) and the run record (profile)."""
+    lock, manifest = sealed.lock, sealed.manifest
+    observed = sealed.observations()
+    run = json.loads(sealed.evidence(RUN_FILE).read_text())
+    python = PythonFacts.model_validate(observed["python"])
+    sources = [SourceFacts.model_validate(s) for s in observed["sources"]]
+    profile = lock.launch.profile
+    pairs: list[tuple[str, object, object]] = [
+        (
+            "lock.bundle = manifest [bundle]",
+            (lock.bundle.name, lock.bundle.description),
+            (manifest.bundle.name, manifest.bundle.description),
+        ),
+        (
+            "lock.models = manifest [[model]]",
+            [(m.role, m.repo, m.revision, m.files) for m in lock.models],
+            [(m.role, m.repo, m.revision, dict(m.files)) for m in manifest.models],
+        ),
+        (
+            "lock.sources = manifest [[source]] and observations",
+            [(s.name, s.commit, s.clean, s.patches) for s in lock.sources],
+            [
+                (m.name, m.commit, not f.changes, {p.path: p.sha256 for p in m.patches})
+                for m, f in zip(manifest.sources, sources, strict=True)
+            ]
+            if len(sources) == len(manifest.sources)
+            else "a different number of observed sources",
+        ),
+        (
+            "lock.sources commit = observations",
+            [s.commit for s in lock.sources],
+            [f.commit or "" for f in sources],
+        ),
+        (
+            "lock.python.interpreter = observations",
+            lock.python.interpreter,
+            python.version,
+        ),
+        (
+            "lock.python.record_checked = observations",
+            lock.python.record_checked,
+            tuple(sorted(r.distribution for r in python.records or () if not r.mismatches)),
+        ),
+        (
+            "lock.launch = manifest [launch] and the run",
+            (profile, lock.launch.argv, lock.launch.env),
+            (
+                run.get("profile"),
+                manifest.launch.argv_for(profile),
+                manifest.launch.env_for(profile),
+            ),
+        ),
+        (
+            "lock.host.enforced = manifest [host]",
+            lock.host.enforced,
+            manifest.host.model_dump(mode="json", exclude_defaults=True),
+        ),
+        (
+            "lock.native.kernel_sets = manifest [native]",
+            lock.native.kernel_sets,
+            manifest.native.kernel_sets,
+        ),
+        ("lock.oracle.suite = oracle/suite.json", lock.oracle.suite, sealed.suite.name),
+    ]
+    differing = [
+        f"{claim}: lock {ours!r}, sealed {theirs!r}"[:300]
+        for claim, ours, theirs in pairs
+        if ours != theirs
+    ]
+    return [
+        ClaimCheck(
+            "lock = the sealed manifest, observations and run",
+            EvidenceClass.SEALED,
+            f"{len(pairs) - len(differing)}/{len(pairs)} values equal",
+            not differing,
+            "; ".join(differing),
+        )
+    ]
 
 
 # --- this host against the lock ------------------------------------------------------------------

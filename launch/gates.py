@@ -612,3 +612,28 @@ def judge(
         *_fresh_start_gates(gates, evidence),
         *_fresh_start_throughput_gates(gates, evidence),
     )
+
+
+# What a run without a teacher owes none: it captures the teacher.
+TEACHER_GATES: Final = frozenset({"exact_token_ids", "text_sha256", "throughput"})
+LIVE_AUDIT_GATE: Final = "live_audit"
+
+
+def judge_run(
+    gates: Gates, evidence: RunEvidence, *, kernel_markers: Sequence[LogMarker] = ()
+) -> tuple[Verdict, ...]:
+    """`judge` as a run records it: the teacher's gates `n/a` when the run captures the
+    teacher (`evidence.teacher` None). The one function a run and `repro verify` judge by, so
+    a sealed verdict is always recomputable; the live audit's verdicts follow it, one a start
+    (`LIVE_AUDIT_GATE:start-N`)."""
+    verdicts = judge(gates, evidence, kernel_markers=kernel_markers)
+    if evidence.teacher is None:
+        verdicts = tuple(_capturing(verdict) for verdict in verdicts)
+    return verdicts
+
+
+def _capturing(verdict: Verdict) -> Verdict:
+    if verdict.gate not in TEACHER_GATES or verdict.status is VerdictStatus.NOT_APPLICABLE:
+        return verdict
+    summary = "no teacher given: this run captures the teacher"
+    return Verdict(gate=verdict.gate, status=VerdictStatus.NOT_APPLICABLE, summary=summary)

@@ -79,7 +79,8 @@ def launch(
     kernel_sets = tuple(KernelSet.load(n, kernels) for n in manifest.native.kernel_sets)
     observed = preflight.observations
     probes = probe_dispatch(manifest, chosen, observed, kernel_sets) if observed else {}
-    record = run_profile(RunPlan(manifest, chosen, run_dir, teacher=teacher, kernels=kernels))
+    plan = RunPlan(manifest, chosen, run_dir, teacher=teacher, kernels=kernels, suite=opened.suite)
+    record = run_profile(plan)
     sealed = None
     if signing_key is not None and observed is not None and record.starts:
         teacher_path = opened.oracle(TEACHER_FILE)

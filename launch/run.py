@@ -55,6 +55,7 @@ from launch.evidence import (
 from launch.runrecord import (
     AUDIT_DIR,
     DRIFTS_FILE,
+    LOG_FILE,
     METRICS_AFTER,
     METRICS_BEFORE,
     QUALITY_FILE,
@@ -69,9 +70,7 @@ from launch.runrecord import (
 from launch.spec import server_spec
 from launch.throughput import UnmeasurableRow, measure, row_rate
 
-TEACHER_GATES: Final = frozenset({"exact_token_ids", "text_sha256", "throughput"})
 """Gates that compare a run with a teacher; without one the run captures the teacher."""
-LIVE_AUDIT_GATE: Final = "live_audit"
 INTERRUPT_SIGNALS: Final = (signal.SIGINT, signal.SIGTERM)
 
 
@@ -103,6 +102,8 @@ class RunPlan:
     registry: Path = field(default_factory=registry.default_registry)
     kernels: Path = KERNELS_DIR
     """Where the manifest's kernel sets are read: a replay reads those its bundle sealed."""
+    suite: Suite | None = None
+    """The suite asked: a replay asks the one its bundle sealed; None: the manifest's."""
     host: HostCapabilities | None = None
     """The host facts dispatch is predicted for; None: this host's, observed at each audit."""
 
@@ -189,7 +190,7 @@ def run_profile(plan: RunPlan, observe: Observer | None = None) -> RunRecord:
     """Run `plan` once, as many fresh starts as the manifest asks, and judge it."""
     began = time.monotonic()
     manifest = plan.manifest
-    suite = manifest.load_suite()
+    suite = plan.suite or manifest.load_suite()
     if not suite.replayable:
         raise BadInput(
             "this suite cannot be replayed",
@@ -384,22 +385,13 @@ def judge(plan: RunPlan, starts: tuple[StartRecord, ...]) -> tuple[Verdict, ...]
         later_starts=tuple(tuple(start.rows) for start in starts[1:]),
     )
     markers = runtime_markers(plan.manifest.native.kernel_sets, plan.kernels)
-    verdicts = gates.judge(plan.manifest.oracle.gates, evidence, kernel_markers=markers)
-    if plan.teacher is None:
-        verdicts = tuple(_capturing(verdict) for verdict in verdicts)
+    verdicts = gates.judge_run(plan.manifest.oracle.gates, evidence, kernel_markers=markers)
     return (*verdicts, *(_audit_verdict(start) for start in starts))
-
-
-def _capturing(verdict: Verdict) -> Verdict:
-    if verdict.gate not in TEACHER_GATES or verdict.status is VerdictStatus.NOT_APPLICABLE:
-        return verdict
-    summary = "no teacher given: this run captures the teacher"
-    return Verdict(gate=verdict.gate, status=VerdictStatus.NOT_APPLICABLE, summary=summary)
 
 
 def _audit_verdict(start: StartRecord) -> Verdict:
     report = start.audit
-    gate = f"{LIVE_AUDIT_GATE}:start-{start.start}"
+    gate = f"{gates.LIVE_AUDIT_GATE}:start-{start.start}"
     if report is None:
         return Verdict(gate=gate, status=VerdictStatus.FAIL, summary="no live audit")
     files = len([f for f in report.files if f.is_elf])
@@ -571,7 +563,7 @@ def _run_document(plan: RunPlan, suite: Suite, spec: lifecycle.ServerSpec) -> di
 
 
 def _read_log(start_dir: Path) -> str | None:
-    return _read_text(start_dir / "server.log")
+    return _read_text(start_dir / LOG_FILE)
 
 
 def _read_text(path: Path) -> str | None:

@@ -13,6 +13,7 @@ import shutil
 import subprocess
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from conftest import REPO_ROOT, SERVE_VENV, TINY_MANIFEST
@@ -64,6 +65,7 @@ def reseal(source: Path, parent: Path, edit: Callable[[Path], None]) -> Path:
         lock=json.loads((staging / bundle.LOCK).read_text()),
         oracle={p.name: p for p in (staging / bundle.ORACLE_DIR).iterdir()},
         evidence={p.name: p for p in (staging / bundle.EVIDENCE_DIR).iterdir()},
+        kernels={p.name: p for p in (staging / bundle.KERNEL_SETS_DIR).iterdir()},
     )
     (parent / "out").mkdir()
     return seal(content, KEY, parent / "out").path
@@ -106,11 +108,10 @@ def _one_token(rows: object) -> object:
 
 
 def _drop_vllm_c(document: object) -> object:
+    """vLLM's kernel library, whichever variant this host's CPU selected, no longer mapped."""
     assert isinstance(document, dict)
     for process in document["processes"]:
-        process["objects"] = [
-            o for o in process["objects"] if not o["path"].endswith("/vllm/_C.abi3.so")
-        ]
+        process["objects"] = [o for o in process["objects"] if "/vllm/_C" not in o["path"]]
     return document
 
 
@@ -127,6 +128,28 @@ def _failed_gate(verdicts: object) -> object:
     return verdicts
 
 
+def _no_verdicts(_verdicts: object) -> object:
+    return []
+
+
+def _cached(rows: object) -> object:
+    """A prefix served from cache on one row: what the cold gate exists to refuse."""
+    assert isinstance(rows, list)
+    rows[1]["cached_tokens"] = 256
+    return rows
+
+
+def _prefix_cache_hits(path: Path) -> None:
+    """The prefix-cache hit counter risen by 256 during the suite, in the sealed metrics."""
+    lines = path.read_text().splitlines()
+    hits = [i for i, line in enumerate(lines) if line.startswith("vllm:prefix_cache_hits_total")]
+    assert hits, "the sealed metrics export the prefix-cache hit counter"
+    for index in hits:
+        name, value = lines[index].rsplit(" ", 1)
+        lines[index] = f"{name} {float(value) + 256}"
+    path.write_text("\n".join(lines) + "\n")
+
+
 EVIDENCE_EDITS = {
     "one token in one row": (
         "evidence/start-1/rows.json", _one_token,
@@ -140,12 +163,21 @@ EVIDENCE_EDITS = {
     ),
     "a locked module no longer mapped": (
         "evidence/start-1/audit/worker.json", _drop_vllm_c,
-        ["native.roles (live audit of every process)"],
+        ["native.roles (live audit of every process)",
+         "native.dispatch (variant and deciding facts)"],
     ),
     "a slower run's offsets": (
         "evidence/start-1/rows.json", _slower, ["oracle.throughput.conventional_median"],
     ),
-    "a failed gate": ("evidence/verdicts.json", _failed_gate, ["teacher run gates"]),
+    "a failed gate": (
+        "evidence/verdicts.json", _failed_gate, ["gates (every verdict recomputed)"],
+    ),
+    "no verdicts at all": (
+        "evidence/verdicts.json", _no_verdicts, ["gates (every verdict recomputed)"],
+    ),
+    "a cached prefix in a row": (
+        "evidence/start-1/rows.json", _cached, ["gates (every verdict recomputed)"],
+    ),
     "the second start's tokens": (
         "evidence/start-2/rows.json", _one_token, ["fresh start 2 reproduces token ids"],
     ),
@@ -161,6 +193,75 @@ def test_evidence_changed_and_resealed_fails_the_claim_it_backs(
     report = verify(copy, TRUSTED)
     assert report.findings == (), "the signature and every digest hold"
     assert failed_claims(report) == claims
+
+
+LOCKED = "lock = the sealed manifest, observations and run"
+
+
+def _lock_edit(change: Callable[[dict[str, Any]], None]) -> Callable[[Path], None]:
+    def edit(root: Path) -> None:
+        lock = json.loads((root / bundle.LOCK).read_text())
+        change(lock)
+        (root / bundle.LOCK).write_text(json.dumps(lock))
+
+    return edit
+
+
+def _set(*path: str | int, value: object) -> Callable[[dict[str, Any]], None]:
+    def change(lock: dict[str, Any]) -> None:
+        target: Any = lock
+        for key in path[:-1]:
+            target = target[key]
+        target[path[-1]] = value
+
+    return change
+
+
+LOCK_EDITS = {
+    "a model file's sha256": (
+        _set("models", 0, "files", "model.safetensors", value="0" * 64),
+        ["models[target].files", LOCKED],
+    ),
+    "the interpreter": (_set("python", "interpreter", value="3.11.9"), [LOCKED]),
+    "the launch argv": (
+        _set("launch", "argv", value=["{python}", "-m", "vllm.entrypoints.openai.api_server"]),
+        [LOCKED],
+    ),
+    "the launch environment": (_set("launch", "env", "LANG", value="C"), [LOCKED]),
+    "the host's accelerators": (
+        _set("host", "facts", "accelerators", value=[{"vendor_device": "8086:e223"}] * 8),
+        ["host.facts"],
+    ),
+    "the bundle's description": (_set("bundle", "description", value="a record"), [LOCKED]),
+    "the recorded dispatch": (
+        _set("native", "dispatch", 0, "variant", value="vllm._C"),
+        ["native.dispatch (variant and deciding facts)"],
+    ),
+}
+
+
+@pytest.mark.parametrize("case", LOCK_EDITS, ids=list(LOCK_EDITS))
+def test_a_lock_that_disagrees_with_the_files_it_was_taken_from_is_refused(
+    bundle_path: Path, tmp_path: Path, case: str
+) -> None:
+    change, claims = LOCK_EDITS[case]
+    report = verify(reseal(bundle_path, tmp_path, _lock_edit(change)), TRUSTED)
+    assert report.findings == (), "the signature and every digest hold"
+    assert failed_claims(report) == claims
+
+
+def test_prefix_cache_hits_in_the_sealed_metrics_fail_the_recomputed_gate(
+    bundle_path: Path, tmp_path: Path
+) -> None:
+    copy = reseal(
+        bundle_path,
+        tmp_path,
+        lambda root: _prefix_cache_hits(root / "evidence/start-1/metrics-after.prom"),
+    )
+    report = verify(copy, TRUSTED)
+    assert failed_claims(report) == ["gates (every verdict recomputed)"]
+    gates = next(c for c in report.checks if c.claim.startswith("gates"))
+    assert "prefix_cache_hit_delta_zero: recomputed fail" in gates.detail
 
 
 def test_the_model_revision_changed_in_the_manifest_is_refused(

@@ -11,6 +11,7 @@ import json
 import shutil
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -94,6 +95,7 @@ def reseal(tmp_path: Path, edit: Callable[[Path], None]) -> Path:
         lock=json.loads((staging / bundle.LOCK).read_text()),
         oracle={p.name: p for p in (staging / bundle.ORACLE_DIR).iterdir()},
         evidence={p.name: p for p in (staging / bundle.EVIDENCE_DIR).iterdir()},
+        kernels={p.name: p for p in (staging / bundle.KERNEL_SETS_DIR).iterdir()},
     )
     (tmp_path / "out").mkdir()
     return seal(content, KEY, tmp_path / "out").path
@@ -171,6 +173,9 @@ def _idle_removed(root: Path) -> None:
     (root / RUN / "idle-interval" / "poststop-12.json").unlink()
 
 
+CHECKSUMS = "the record's own checksum lists = its files"
+LOCKED = "lock = the sealed manifest, identity and record"
+
 TAMPERING = {
     "one token in one row": (
         _bench(_one_token),
@@ -201,10 +206,94 @@ TAMPERING = {
 def test_evidence_changed_before_sealing_fails_the_claim_it_backs(
     tmp_path: Path, case: str
 ) -> None:
+    """Each also contradicts the record's own checksum list of its run directory, and the
+    lock assembled again from the changed evidence."""
     edit, claims = TAMPERING[case]
     report = verify(reseal(tmp_path, edit), TRUSTED)
     assert report.findings == (), "the signature and every digest hold"
-    assert failed(report) == claims
+    assert failed(report) == [*claims, CHECKSUMS, LOCKED]
+
+
+def _lock(change: Callable[[dict[str, Any]], None]) -> Callable[[Path], None]:
+    def edit(root: Path) -> None:
+        lock = json.loads((root / bundle.LOCK).read_text())
+        change(lock)
+        (root / bundle.LOCK).write_text(json.dumps(lock))
+
+    return edit
+
+
+def _eight_other_cards(lock: dict[str, Any]) -> None:
+    lock["host"]["facts"]["gpu_count"] = 8
+    lock["host"]["facts"]["gpu_vendor_device"] = "8086:e223"
+
+
+def _other_commit(lock: dict[str, Any]) -> None:
+    lock["sources"][0]["commit"] = "0" * 40
+
+
+def _other_interpreter(lock: dict[str, Any]) -> None:
+    lock["python"]["interpreter"] = "3.11.0"
+
+
+def _other_argv(lock: dict[str, Any]) -> None:
+    lock["launch"]["argv"] = [*lock["launch"]["argv"], "--enforce-eager"]
+
+
+def _other_model_file(lock: dict[str, Any]) -> None:
+    files = lock["models"][0]["files"]
+    files[next(iter(files))] = "0" * 64
+
+
+LOCK_LIES = {
+    "host facts": _eight_other_cards,
+    "a source commit": _other_commit,
+    "the interpreter": _other_interpreter,
+    "the launch argv": _other_argv,
+    "a model file's sha256": _other_model_file,
+}
+
+
+@pytest.mark.parametrize("case", LOCK_LIES, ids=list(LOCK_LIES))
+def test_a_lock_that_lies_about_a_declared_value_is_refused(tmp_path: Path, case: str) -> None:
+    """Declared values are not checked against the world, but they are the sealed files':
+    a lock that says otherwise is refused, never printed as if it were the record's."""
+    report = verify(reseal(tmp_path, _lock(LOCK_LIES[case])), TRUSTED)
+    assert report.findings == ()
+    assert failed(report) == [LOCKED]
+    lock_check = next(c for c in report.checks if c.claim == LOCKED)
+    assert lock_check.detail.startswith("differs: ")
+
+
+def _faster(rows: list[dict[str, object]]) -> None:
+    """Every token arriving twice as fast: double the throughput."""
+    for row in rows:
+        offsets = row["token_id_offsets_s"]
+        assert isinstance(offsets, list)
+        row["token_id_offsets_s"] = [t / 2 for t in offsets]
+
+
+def test_a_record_whose_files_are_not_its_own_checksums_is_refused_at_build(
+    tmp_path: Path,
+) -> None:
+    """Double throughput in bench.json passes every gate; the record's own checksum list of
+    its run directory names other bytes for bench.json, so the build refuses."""
+    record = tmp_path / "records" / "laguna-102tps"
+    shutil.copytree(REPO / "records" / "laguna-102tps", record)
+    bench = record / "evidence" / "record-run" / "bench.json"
+    document = json.loads(bench.read_text())
+    _faster(document["rows"])
+    bench.write_text(json.dumps(document))
+    manifest = tmp_path / "manifests" / "laguna-102tps.toml"
+    manifest.parent.mkdir()
+    manifest.write_text(MANIFEST.read_text())
+    shutil.copytree(REPO / "manifests" / "suites", manifest.parent / "suites")
+    with pytest.raises(BuildRefused) as refused:
+        build(manifest, KEY, tmp_path, tmp_path / "work")
+    assert [(d.kind.value, d.subject) for d in refused.value.drifts] == [
+        ("checksums", "record-run.sha256:1 record-run/bench.json")
+    ]
+    assert not (tmp_path / "laguna-102tps").exists()
 
 
 def test_a_build_from_tampered_evidence_is_refused_by_the_records_own_gates(
@@ -222,7 +311,10 @@ def test_a_build_from_tampered_evidence_is_refused_by_the_records_own_gates(
     shutil.copytree(REPO / "manifests" / "suites", manifest.parent / "suites")
     with pytest.raises(BuildRefused) as refused:
         build(manifest, KEY, tmp_path, tmp_path / "work")
-    assert [d.subject for d in refused.value.drifts] == ["exact_token_ids"]
+    assert [d.subject for d in refused.value.drifts] == [
+        "record-run.sha256:1 record-run/bench.json",
+        "exact_token_ids",
+    ]
     assert not (tmp_path / "laguna-102tps").exists()
 
 
