@@ -164,11 +164,14 @@ def _duplicates(loc: Loc, values: Iterable[str], what: str) -> list[InitErrorDet
 
 
 def _regex_errors(loc: Loc, pattern: str, groups: int | None = None) -> list[InitErrorDetails]:
+    """Why a declared pattern cannot run: compiled now by the engine that will search the log
+    with it (`builder.patterns`), so RE2's refusals (backreferences, lookaround) come here."""
+    from builder.patterns import SYNTAX, compile_pattern
+
     try:
-        compiled = re.compile(pattern)
-    except re.error as error:
-        expected = f"a Python regular expression ({error})"
-        return [_violation(loc, "invalid regular expression", expected, _show(pattern))]
+        compiled = compile_pattern(pattern, where=_key_path(loc))
+    except BadInput as error:
+        return [_violation(loc, error.what, error.expected or SYNTAX, _show(pattern))]
     if groups is not None and compiled.groups != groups:
         expected = f"a regex with exactly {groups} capture group (the rank label)"
         found = f"{compiled.groups} capture groups in {_show(pattern)}"

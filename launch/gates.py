@@ -27,6 +27,7 @@ from builder.manifest import (
     SpecDecodeGate,
     ThroughputGate,
 )
+from builder.patterns import compile_pattern
 from launch.evidence import (
     MetricsDelta,
     OracleRow,
@@ -214,18 +215,23 @@ def _shown(line: str) -> str:
 
 def marker_counts(marker: LogMarker, lines: Iterable[str]) -> Counter[str]:
     """Lines matching the marker, by rank label (`(no rank)` for a line without one), or all
-    under the marker's name when it counts over the whole log."""
-    pattern = re.compile(marker.pattern)
-    ranks = None if marker.rank_pattern is None else re.compile(marker.rank_pattern)
+    under the marker's name when it counts over the whole log. Both patterns run on RE2
+    (`builder.patterns`): linear in each line, whatever the manifest declares."""
+    where = f"log marker {marker.name}"
+    pattern = compile_pattern(marker.pattern, where=f"{where}: pattern")
+    ranks = None
+    if marker.rank_pattern is not None:
+        ranks = compile_pattern(marker.rank_pattern, where=f"{where}: rank_pattern")
     counts: Counter[str] = Counter()
     for line in lines:
-        if not pattern.search(line):
+        if pattern.search(line) is None:
             continue
         if ranks is None:
             counts[marker.name] += 1
         else:
             rank = ranks.search(line)
-            counts[_NO_RANK if rank is None else rank.group(1)] += 1
+            label = None if rank is None else rank.group(1)
+            counts[_NO_RANK if label is None else label] += 1
     return counts
 
 
@@ -254,12 +260,13 @@ def log_marker(marker: LogMarker, log_text: str) -> Verdict:
 
 
 def forbidden_log_patterns(patterns: Sequence[str], log_text: str) -> Verdict:
-    """No log line matches any forbidden pattern (a fallback path ran)."""
+    """No log line matches any forbidden pattern (a fallback path ran); the patterns run on RE2
+    (`builder.patterns`), linear in each line."""
     lines = log_lines(log_text)
     hits: dict[str, list[str]] = {}
-    for pattern in patterns:
-        compiled = re.compile(pattern)
-        matching = [line for line in lines if compiled.search(line)]
+    for index, pattern in enumerate(patterns):
+        compiled = compile_pattern(pattern, where=f"forbidden_log_patterns[{index}]")
+        matching = [line for line in lines if compiled.search(line) is not None]
         if matching:
             hits[pattern] = matching
     if not hits:
