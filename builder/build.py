@@ -16,13 +16,13 @@ from pathlib import Path
 from typing import Any
 
 from builder import bundle, imported
-from builder.audit import module_file_stems
 from builder.canonical import canonical_json
 from builder.claims import (
     DispatchFindings,
     bundle_claim,
     dispatch_claims,
     environments_claim,
+    modules_claim,
     oracle_claim,
     roles_claim,
 )
@@ -230,6 +230,7 @@ def assemble_lock(
     # A replay that failed before its audit is still sealed, with what it saw.
     first_audit = record.starts[0].audit if record.starts else None
     audit = first_audit.processes if first_audit is not None else ()
+    roles = roles_claim(audit, values)
     return Lock(
         bundle=bundle_claim(manifest, manifest_source),
         host=HostClaim(
@@ -263,10 +264,8 @@ def assemble_lock(
         native=NativeClaim(
             evidence=EvidenceClass.SEALED,
             kernel_sets=manifest.native.kernel_sets,
-            # A module the host dispatches was mapped as its live variant.
-            modules=_modules(manifest.native.modules, audit, values)
-            | {c.name: c.path for c in dispatch if c.path is not None},
-            roles=roles_claim(audit, values),
+            modules=modules_claim(manifest.native.modules, roles, dispatch),
+            roles=roles,
             environments=environments_claim(audit, values),
             dispatch=dispatch,
         ),
@@ -359,18 +358,6 @@ def _python_claim(observed: Observations, artifacts: ArtifactFacts) -> PythonCla
         artifacts=artifacts.artifacts,
         unrestorable=artifacts.unresolved,
     )
-
-
-def _modules(
-    modules: Sequence[str], processes: Sequence[Any], values: Mapping[str, str]
-) -> dict[str, str]:
-    paths = sorted({obj.path for process in processes for obj in process.objects})
-    found = {}
-    for module in modules:
-        match = next((p for p in paths if p.endswith(module_file_stems(module))), None)
-        if match is not None:
-            found[module] = placeholder_path(match, values)
-    return found
 
 
 def _verdict_drift(gate: str, summary: str) -> Drift:

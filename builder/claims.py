@@ -114,6 +114,22 @@ def roles_claim(
     return {role: tuple(entries[p] for p in sorted(entries)) for role, entries in roles.items()}
 
 
+def modules_claim(
+    modules: Sequence[str],
+    roles: Mapping[str, tuple[MappedObject, ...]],
+    dispatch: Sequence[DispatchClaim],
+) -> dict[str, str]:
+    """Each declared module and the file it was mapped from (placeholder form, from `roles`):
+    the live variant of a dispatched module, else the first mapped file of the module's name."""
+    paths = sorted({obj.path for objects in roles.values() for obj in objects})
+    found = {
+        module: match
+        for module in modules
+        if (match := next((p for p in paths if p.endswith(module_file_stems(module))), None))
+    }
+    return found | {c.name: c.path for c in dispatch if c.path is not None}
+
+
 def environments_claim(
     processes: Sequence[Any], values: Mapping[str, str]
 ) -> dict[str, dict[str, str]]:

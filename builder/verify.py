@@ -26,6 +26,7 @@ from builder.claims import (
     ClaimCheck,
     dispatch_claims,
     environments_claim,
+    modules_claim,
     oracle_claim,
     roles_claim,
 )
@@ -481,6 +482,11 @@ def _anchored_checks(sealed: OpenedBundle) -> list[ClaimCheck]:
             manifest.native.kernel_sets,
         ),
         ("lock.oracle.suite = oracle/suite.json", lock.oracle.suite, sealed.suite.name),
+        (
+            "lock.native.modules = the sealed audit",
+            lock.native.modules,
+            modules_claim(manifest.native.modules, lock.native.roles, lock.native.dispatch),
+        ),
     ]
     differing = [
         f"{claim}: lock {ours!r}, sealed {theirs!r}"[:300]

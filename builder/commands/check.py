@@ -56,8 +56,12 @@ def _evidence(manifest: Manifest) -> dict[str, Any]:
     """The imported record's files, resolved against the manifest's directory."""
     assert manifest.evidence is not None
     paths = manifest.evidence.model_dump(exclude_none=True)
-    files = [str(manifest.resolve(path)) for path in paths.pop("files")]
-    return {**{key: str(manifest.resolve(path)) for key, path in paths.items()}, "files": files}
+    return {
+        key: [str(manifest.resolve(p)) for p in path]
+        if isinstance(path, list | tuple)
+        else str(manifest.resolve(path))
+        for key, path in paths.items()
+    }
 
 
 def _host(manifest: Manifest) -> dict[str, Any]:
