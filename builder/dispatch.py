@@ -115,8 +115,7 @@ class Prediction:
     `env:<VAR>` when the override variable is set."""
 
     def describe(self) -> str:
-        shown = ", ".join(f"{k}={_shown(v)}" for k, v in self.facts.items())
-        return f"{self.variant or 'no variant'} ({shown})"
+        return f"{self.variant or 'no variant'} ({_facts(self.facts)})"
 
 
 def predict(
@@ -153,8 +152,8 @@ def differs(
     """A drift when this host would choose another variant than the one recorded."""
     if here.variant == recorded_variant:
         return None
-    recorded = ", ".join(f"{k}={_shown(v)}" for k, v in recorded_facts.items())
-    deciding = [k for k, v in here.facts.items() if recorded_facts.get(k) != v]
+    recorded = _facts(recorded_facts)
+    deciding = [k for k, v in sorted(here.facts.items()) if recorded_facts.get(k) != v]
     return Drift(
         kind=DriftKind.DISPATCH,
         subject=subject,
@@ -166,6 +165,11 @@ def differs(
             else "this host selects other code than the record ran"
         ),
     )
+
+
+def _facts(facts: Mapping[str, bool | str]) -> str:
+    """Facts in one order (by name, as a lock stores them), so two hosts read side by side."""
+    return ", ".join(f"{k}={_shown(v)}" for k, v in sorted(facts.items()))
 
 
 def _shown(value: bool | str) -> str:

@@ -96,8 +96,14 @@ def test_another_dispatch_is_one_drift_naming_module_variants_and_the_deciding_f
     drift = differs("vllm._C", "vllm._C_AVX512", recorded.facts, here)
     assert drift is not None
     assert drift.kind is DriftKind.DISPATCH and drift.subject == "vllm._C"
-    assert drift.expected.startswith("vllm._C_AVX512 (arch=x86_64, cpu:avx512f=yes,")
-    assert drift.observed.startswith("vllm._C_AVX2 (arch=x86_64, cpu:avx512f=no,")
+    assert drift.expected == (
+        "vllm._C_AVX512 (arch=x86_64, cpu:avx512_bf16=no, cpu:avx512bw=yes, cpu:avx512dq=yes, "
+        "cpu:avx512f=yes, cpu:avx512vl=yes)"
+    )
+    assert drift.observed == (
+        "vllm._C_AVX2 (arch=x86_64, cpu:avx512_bf16=no, cpu:avx512bw=no, cpu:avx512dq=no, "
+        "cpu:avx512f=no, cpu:avx512vl=no)"
+    )
     assert "cpu:avx512f" in drift.why and "cpu:avx512_bf16" not in drift.why
     assert differs("vllm._C", "vllm._C_AVX512", recorded.facts, recorded) is None
 
