@@ -97,7 +97,8 @@ def _drifts_of(claim: PythonClaim, python: Python, venv: Path) -> list[Drift]:
     try:
         facts = _observe(python, venv)
     except ReproError as error:
-        return [_drift(str(venv), "a serving venv", error.found or error.what, error.what)]
+        found = error.found or error.what
+        return [_drift(DriftKind.NOT_OBSERVABLE, str(venv), "a serving venv", found, error.what)]
     return _versus_lock(claim, python, facts, str(venv))
 
 
@@ -114,6 +115,7 @@ def _versus_lock(claim: PythonClaim, python: Python, facts: PythonFacts, where: 
     if facts.version != claim.interpreter:
         found.append(
             _drift(
+                DriftKind.PYTHON_INTERPRETER,
                 f"{where}: interpreter",
                 f"Python {claim.interpreter}",
                 f"Python {facts.version}",
@@ -124,6 +126,7 @@ def _versus_lock(claim: PythonClaim, python: Python, facts: PythonFacts, where: 
         if installed.get(name) != claim.packages.get(name):
             found.append(
                 _drift(
+                    DriftKind.PACKAGE_VERSION,
                     f"{where}: package {name}",
                     claim.packages.get(name, "not installed"),
                     installed.get(name, "not installed"),
@@ -136,6 +139,7 @@ def _versus_lock(claim: PythonClaim, python: Python, facts: PythonFacts, where: 
 def _unrestorable(claim: PythonClaim) -> list[Drift]:
     return [
         _drift(
+            DriftKind.ARTIFACT,
             f"package {name}",
             f"{name}=={version} from a pinned wheel",
             claim.unrestorable.get(normalize(name), "no wheel artifact in the lock"),
@@ -165,6 +169,7 @@ def base_interpreter(release: str, search: Sequence[Path] | None = None) -> Path
         seen.append(f"{candidate}: {version}")
     raise _Refused(
         _drift(
+            DriftKind.PYTHON_INTERPRETER,
             "interpreter",
             f"Python {release}",
             "; ".join(seen) or "no python3 on PATH",
@@ -231,6 +236,7 @@ def _fetch(artifacts: Mapping[str, WheelArtifact], python: Path, wheels: Path) -
         if found != artifact.sha256:
             problems.append(
                 _drift(
+                    DriftKind.ARTIFACT,
                     f"wheel {artifact.filename}",
                     f"sha256 {artifact.sha256}",
                     f"sha256 {found}" if found else _not_fetched(wheels, artifact, done.stderr),
@@ -275,11 +281,15 @@ def _run(command: list[str], what: str, timeout: float = 300.0) -> None:
     try:
         done = subprocess.run(command, capture_output=True, text=True, timeout=timeout, check=False)
     except (OSError, subprocess.TimeoutExpired) as error:
-        raise _Refused(_drift(what, "exit 0", str(error), f"{what} could not run")) from error
+        problem = _drift(
+            DriftKind.NOT_OBSERVABLE, what, "exit 0", str(error), f"{what} could not run"
+        )
+        raise _Refused(problem) from error
     if done.returncode != 0:
         lines = [line for line in done.stderr.strip().splitlines() if line.strip()]
         last = lines[-1].strip() if lines else "no output"
-        raise _Refused(_drift(what, "exit 0", f"exit {done.returncode}: {last}", f"{what} failed"))
+        found = f"exit {done.returncode}: {last}"
+        raise _Refused(_drift(DriftKind.NOT_OBSERVABLE, what, "exit 0", found, f"{what} failed"))
 
 
 # --- a venv made at one path, written for another --------------------------------------------
@@ -336,18 +346,5 @@ def _rewrite_record(record: Path, site: Path, scripts: Mapping[Path, bytes]) -> 
         record.write_text(out.getvalue(), encoding="utf-8")
 
 
-_KINDS: Final = {
-    "package": DriftKind.PACKAGE_VERSION,
-    "wheel": DriftKind.ARTIFACT,
-    "interpreter": DriftKind.PYTHON_INTERPRETER,
-}
-
-
-def _drift(subject: str, expected: str, observed: str, why: str) -> Drift:
-    return Drift(
-        kind=_KINDS.get(subject.split(" ", maxsplit=1)[0], DriftKind.CLAIM),
-        subject=subject,
-        expected=expected,
-        observed=observed,
-        why=why,
-    )
+def _drift(kind: DriftKind, subject: str, expected: str, observed: str, why: str) -> Drift:
+    return Drift(kind=kind, subject=subject, expected=expected, observed=observed, why=why)
