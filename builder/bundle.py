@@ -14,7 +14,10 @@ repro/<name>/
 ```
 
 A path in a bundle is relative, written with `/`, in UTF-8, and has no empty, `.` or `..` part,
-no backslash and no control character, so SHA256SUMS never needs coreutils' escaping.
+no backslash, and no character of Unicode's categories Cc (control), Cf (format, such as U+202E
+RIGHT-TO-LEFT OVERRIDE), Zl and Zp (line and paragraph separators) nor any whitespace beyond
+ASCII (U+0085 NEXT LINE, U+00A0, ...): SHA256SUMS never needs coreutils' escaping, and a name
+shown to a person reads as the bytes it is.
 SHA256SUMS has one line `<64 lowercase hex>  <path>` per file (two spaces: text mode, as
 `sha256sum` writes), sorted by path in code point order, each ending with a line feed.
 """
@@ -22,6 +25,7 @@ SHA256SUMS has one line `<64 lowercase hex>  <path>` per file (two spaces: text 
 from __future__ import annotations
 
 import re
+import unicodedata
 from collections.abc import Mapping
 
 from builder.errors import BadInput
@@ -62,8 +66,9 @@ def path_problem(path: str) -> str | None:
         return "an absolute path"
     if "\\" in path:
         return "a backslash"
-    if any(ord(char) < 0x20 or ord(char) == 0x7F for char in path):
-        return "a control character"
+    hidden = next((char for char in path if _hidden_kind(char) is not None), None)
+    if hidden is not None:
+        return f"{_hidden_kind(hidden)} U+{ord(hidden):04X}"
     try:
         path.encode("utf-8")
     except UnicodeEncodeError:
@@ -74,6 +79,22 @@ def path_problem(path: str) -> str | None:
     if "" in parts or "." in parts:
         return "an empty or '.' part"
     return None
+
+
+_HIDDEN_CATEGORIES = {
+    "Cc": "a control character",
+    "Cf": "a format character",
+    "Zl": "a line separator",
+    "Zp": "a paragraph separator",
+}
+
+
+def _hidden_kind(char: str) -> str | None:
+    """What `char` is when a person cannot read it as itself in a name, else None."""
+    kind = _HIDDEN_CATEGORIES.get(unicodedata.category(char))
+    if kind is None and char.isspace() and not char.isascii():
+        return "a whitespace character beyond ASCII"
+    return kind
 
 
 def check_bundle_name(name: str) -> str:

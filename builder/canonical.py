@@ -10,16 +10,17 @@ The rules, so that the same document always gives the same bytes and the same sh
 - exactly one line feed at the end of the document, and no other line break outside strings.
 
 Reading refuses what writing never produces: a duplicate key, bytes that are not UTF-8, and any
-text that is not the canonical form of its own value.
+text that is not the canonical form of its own value; it parses with `builder.readers.parse_json`,
+so a document nested too deep or holding an integer too long is refused before it is parsed.
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
 from typing import Any
 
 from builder.errors import BadInput
+from builder.readers import parse_json
 
 
 def canonical_json(value: object) -> bytes:
@@ -38,31 +39,8 @@ def canonical_json(value: object) -> bytes:
     return (text + "\n").encode("utf-8")
 
 
-def _refuse_duplicates(pairs: Sequence[tuple[str, Any]]) -> dict[str, Any]:
-    result: dict[str, Any] = {}
-    for key, value in pairs:
-        if key in result:
-            raise ValueError(f"duplicate key {key!r}")
-        result[key] = value
-    return result
-
-
-def parse_json(data: bytes, *, where: str) -> Any:
-    """The value of a JSON document in UTF-8 with each key once; `BadInput` naming `where`."""
-    try:
-        return json.loads(data.decode("utf-8"), object_pairs_hook=_refuse_duplicates)
-    except UnicodeDecodeError as error:
-        raise BadInput(
-            "a JSON document is not UTF-8",
-            where=where,
-            found=f"byte {error.start}: {data[error.start : error.start + 1]!r}",
-        ) from error
-    except ValueError as error:
-        raise BadInput("a JSON document does not parse", where=where, found=str(error)) from error
-
-
 def parse_canonical(data: bytes, *, where: str) -> Any:
-    """Like `parse_json`, and the bytes must be exactly the canonical form of their value."""
+    """Like `readers.parse_json`; the bytes must also be exactly the canonical form of the value."""
     value = parse_json(data, where=where)
     if canonical_json(value) != data:
         raise BadInput(

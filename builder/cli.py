@@ -2,56 +2,119 @@
 
 Each subcommand is a module of `builder.commands` with `configure_parser(parser)` and
 `execute(args) -> int`. This module catches `ReproError` once, prints its diagnostics and
-returns its exit code, so no traceback reaches a user for a bad input.
+returns its exit code, so no traceback reaches a user for a bad input; a usage error is a
+`BadInput` like any other. Any other exception (a bug, RecursionError, MemoryError) is the last
+guard's: one line `repro: internal error: <type>: <message>` and exit 3, the traceback only
+under the global `-v`/`--verbose`. With `--json`, every error, of any exit code, is also a
+document on stdout: `{"version": 1, "ok": false, "error": {what, where, expected, found,
+exit_code}}`.
 """
 
 from __future__ import annotations
 
 import argparse
 import sys
+import traceback
 from collections.abc import Sequence
 from types import ModuleType
+from typing import NoReturn
 
 from builder.commands import COMMANDS
-from builder.errors import ExitCode, ReproError
+from builder.errors import BadInput, ExitCode, ReproError
+from builder.render import write_json
+
+_INTERNAL_MESSAGE_LIMIT = 300
+"""Characters of an internal error's message shown: some exceptions carry a whole input."""
+
+
+class UsageError(BadInput):
+    """The command line does not parse: an unknown option, a missing argument."""
 
 
 class _Parser(argparse.ArgumentParser):
-    """argparse exits with 2 on usage errors already; keep its message, drop its traceback."""
+    """argparse's usage errors as `UsageError`, after its usage line, instead of SystemExit."""
 
-    def error(self, message: str) -> None:  # type: ignore[override]
+    def error(self, message: str) -> NoReturn:
         self.print_usage(sys.stderr)
-        sys.stderr.write(f"error: {message}\n")
-        raise SystemExit(ExitCode.BAD_INPUT)
+        raise UsageError(message, hint=f"{self.prog} --help lists every argument")
+
+
+def _add_verbose(parser: argparse.ArgumentParser, default: object) -> None:
+    parser.add_argument(
+        "-v",
+        "--verbose",
+        action="store_true",
+        default=default,
+        help="print the traceback of an internal error",
+    )
 
 
 def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(prog="repro", description="Seal, verify and replay LLM serving records.")
+    _add_verbose(parser, False)
     sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
     for module in COMMANDS:
         name = module.__name__.rsplit(".", 1)[-1]
         summary = (module.__doc__ or "").strip().splitlines()[0]
         command_parser = sub.add_parser(name, help=summary, description=module.__doc__)
         module.configure_parser(command_parser)
+        # after the command too; SUPPRESS keeps a `-v` given before it
+        _add_verbose(command_parser, argparse.SUPPRESS)
         command_parser.set_defaults(_module=module)
     return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = build_parser()
+    arguments = list(sys.argv[1:] if argv is None else argv)
+    # what the command line asks for, before it is known to parse
+    options = arguments[: arguments.index("--")] if "--" in arguments else arguments
+    as_json = "--json" in options
+    verbose = "-v" in options or "--verbose" in options
     try:
-        args = parser.parse_args(argv)
-    except SystemExit as exit_:
-        return int(exit_.code or 0)
-    module: ModuleType = args._module
-    try:
+        try:
+            args = build_parser().parse_args(arguments)
+        except SystemExit as exit_:  # --help, printed by argparse
+            return int(exit_.code or 0)
+        as_json, verbose = bool(getattr(args, "json", False)), bool(args.verbose)
+        module: ModuleType = args._module
         return int(module.execute(args))
     except ReproError as error:
         sys.stderr.write(error.diagnostics() + "\n")
-        return int(error.exit_code)
+        sides = {"where": error.where, "expected": error.expected, "found": error.found}
+        return _report(as_json, error.exit_code, error.what, **sides)
     except KeyboardInterrupt:
         sys.stderr.write("error: interrupted\n")
-        return int(ExitCode.CHECK_FAILED)
+        return _report(as_json, ExitCode.CHECK_FAILED, "interrupted")
+    except Exception as error:  # the last guard: whatever escaped is a bug, not the user's
+        if verbose:
+            traceback.print_exc()
+        found = _one_line(error)
+        suffix = "" if verbose else " (run with -v for the traceback)"
+        sys.stderr.write(f"repro: internal error: {found}{suffix}\n")
+        return _report(as_json, ExitCode.NOT_OBSERVABLE, "internal error", found=found)
+
+
+def _one_line(error: BaseException) -> str:
+    message = " ".join(str(error).split())
+    if len(message) > _INTERNAL_MESSAGE_LIMIT:
+        message = message[:_INTERNAL_MESSAGE_LIMIT] + "..."
+    return f"{type(error).__name__}: {message}" if message else type(error).__name__
+
+
+def _report(
+    as_json: bool,
+    code: ExitCode,
+    what: str,
+    *,
+    where: str | None = None,
+    expected: str | None = None,
+    found: str | None = None,
+) -> int:
+    """`code`, after the error's document on stdout when `--json` was asked."""
+    if as_json:
+        error = {"what": what, "where": where, "expected": expected, "found": found}
+        write_json({"ok": False, "error": {**error, "exit_code": int(code)}})
+    return int(code)
 
 
 if __name__ == "__main__":

@@ -7,6 +7,10 @@ decimal without leading zeros and SP one space. The envelope is the JSON object
 base64 in its standard alphabet with padding, written as canonical JSON; an envelope that is not
 canonical is refused, so no byte of it can change unnoticed.
 
+An envelope is read as untrusted input: larger than `readers.ENVELOPE_LIMIT`, nested deeper than
+`readers.MAX_DEPTH` or holding an integer too long, it is refused before it is parsed, and so
+before any signature is looked at.
+
 A key id in a signature only says which trusted key to try; nothing else is tried. An envelope
 verifies when at least one signature is by a trusted key and every signature by a trusted key
 verifies; signatures by keys that are not trusted are ignored.
@@ -23,6 +27,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from builder.canonical import canonical_json, parse_canonical
 from builder.errors import BadInput, ReproError
 from builder.keys import SigningKey, TrustedKeys
+from builder.readers import ENVELOPE_LIMIT
 
 PAYLOAD_TYPE = "application/vnd.in-toto+json"
 
@@ -74,6 +79,13 @@ class Envelope(_Frozen):
 
     @classmethod
     def from_json(cls, data: bytes, *, where: str) -> Envelope:
+        if len(data) > ENVELOPE_LIMIT:
+            raise BadInput(
+                "the envelope is too large",
+                where=where,
+                expected=f"at most {ENVELOPE_LIMIT} bytes",
+                found=f"{len(data)} bytes",
+            )
         try:
             return cls.model_validate(parse_canonical(data, where=where))
         except ValidationError as error:

@@ -3,7 +3,9 @@
 This module owns reading one file into an `ElfInfo`: class, byte order, machine, type,
 interpreter (PT_INTERP) and, from the dynamic segment, DT_SONAME, DT_NEEDED (in order),
 DT_RPATH, DT_RUNPATH and DT_FLAGS_1. A file that is missing, unreadable, not ELF, truncated or
-malformed raises a `BadInput` subclass naming the path; nothing else is interpreted here.
+malformed raises a `BadInput` subclass naming the path; nothing else is interpreted here. A file
+named to be read is opened through `builder.readers.open_regular`: a FIFO or a device is refused
+as unreadable, never waited on.
 """
 
 from __future__ import annotations
@@ -14,7 +16,8 @@ from typing import IO, Any
 
 from elftools.elf.elffile import ELFFile
 
-from builder.errors import BadInput
+from builder.errors import BadInput, NotObservable
+from builder.readers import NoSuchFile, open_regular
 
 ELF_MAGIC = b"\x7fELF"
 DF_1_NODEFLIB = 0x800
@@ -72,10 +75,14 @@ class ElfInfo:
 def read_elf(path: str) -> ElfInfo:
     """Read `path`; raise a specific `ElfError` saying what was expected and found."""
     try:
-        with open(path, "rb") as stream:  # noqa: PTH123 - the loader speaks in path strings
+        stream = open_regular(path, what="an ELF file")
+    except NoSuchFile as error:
+        raise MissingFile("no such file", where=path, found=error.found) from error
+    except (BadInput, NotObservable) as error:
+        raise UnreadableFile("cannot read file", where=path, found=error.found) from error
+    try:
+        with stream:
             return parse_elf(stream, path)
-    except FileNotFoundError as error:
-        raise MissingFile("no such file", where=path, found=error.strerror) from error
     except OSError as error:
         raise UnreadableFile(
             "cannot read file", where=path, found=error.strerror or str(error)
@@ -85,9 +92,9 @@ def read_elf(path: str) -> ElfInfo:
 def is_elf(path: str) -> bool:
     """True when `path` is a readable file that starts with the ELF magic."""
     try:
-        with open(path, "rb") as stream:  # noqa: PTH123
+        with open_regular(path, what="a file") as stream:
             return stream.read(4) == ELF_MAGIC
-    except OSError:
+    except (BadInput, NotObservable, OSError):
         return False
 
 

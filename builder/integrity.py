@@ -2,7 +2,12 @@
 
 Every problem is a `Drift` naming the file, never an exception, so one run reports all of them;
 the caller turns a non-empty list into exit code 1. Only a bundle path that is not a directory
-at all is `BadInput`. The order of trust: the DSSE envelope must verify against a trusted key;
+at all (or is the root directory, or is empty) is `BadInput`, and a directory that cannot be
+listed or an entry that cannot be looked at `NotObservable`. Every file is read through
+`builder.readers`, never through a symlink and within the limit of its kind; a file that is not
+sealed is reported by its name and its size alone, never opened.
+
+The order of trust: the DSSE envelope must verify against a trusted key;
 its payload is then the statement, and statement.json must be exactly those bytes; the signed
 statement must name this directory; each of its subjects must be a regular file on disk with
 its digest, and nothing else may be there; SHA256SUMS must list exactly the same digests.
@@ -34,7 +39,7 @@ from builder.drift import Drift, DriftKind
 from builder.errors import BadInput, NotObservable, ReproError
 from builder.hashing import sha256_bytes, sha256_file, sha256_files
 from builder.keys import TrustedKeys
-from builder.seal import describe_mode
+from builder.readers import ENVELOPE_LIMIT, SHA256SUMS_LIMIT, describe_mode, read_bytes
 from builder.statement import Statement
 
 
@@ -54,20 +59,38 @@ class BundleReport:
 
 @dataclass(frozen=True)
 class _Scan:
-    """The regular files below a bundle directory, and every other entry as a finding."""
+    """The regular files below a bundle directory with their sizes, and every other entry as a
+    finding."""
 
     files: Mapping[str, Path]
+    sizes: Mapping[str, int]
     directories: tuple[str, ...]
     findings: tuple[Drift, ...]
+
+
+_NOT_A_BUNDLE_HINT = "name a directory written by `repro build`, such as repro/<name>"
+
+
+def bundle_path(text: str) -> Path:
+    """The bundle a command line names; an empty argument names none (not the current
+    directory, which is what `Path("")` would make of it)."""
+    if not text:
+        raise BadInput(
+            "not a bundle directory", where="''", found="an empty path", hint=_NOT_A_BUNDLE_HINT
+        )
+    return Path(text)
 
 
 def verify_bundle(bundle: Path, trusted: TrustedKeys) -> BundleReport:
     """Verify `bundle` offline against `trusted`; the report's findings are empty when it holds."""
     if not bundle.is_dir():
+        raise BadInput("not a bundle directory", where=str(bundle), hint=_NOT_A_BUNDLE_HINT)
+    if not Path(os.path.abspath(bundle)).name:  # noqa: PTH100 - the name as given, as below
         raise BadInput(
             "not a bundle directory",
             where=str(bundle),
-            hint="name a directory written by `repro build`, such as repro/<name>",
+            found="the root directory: a bundle is a directory named after it",
+            hint=_NOT_A_BUNDLE_HINT,
         )
     scan = _scan(bundle)
     signed, signature_findings = _signed_statement(scan, trusted)
@@ -87,6 +110,7 @@ def verify_bundle(bundle: Path, trusted: TrustedKeys) -> BundleReport:
 
 def _scan(bundle: Path) -> _Scan:
     files: dict[str, Path] = {}
+    sizes: dict[str, int] = {}
     directories: list[str] = []
     findings: list[Drift] = []
     pending = [(bundle, "")]
@@ -94,7 +118,7 @@ def _scan(bundle: Path) -> _Scan:
         directory, prefix = pending.pop()
         for entry in _entries(directory):
             relative = prefix + os.fsdecode(entry.name)
-            info = entry.stat(follow_symlinks=False)
+            info = _lstat(entry.path)
             problem = path_problem(relative)
             if problem is not None:
                 findings.append(_unsafe_path(relative, problem))
@@ -103,9 +127,10 @@ def _scan(bundle: Path) -> _Scan:
                 pending.append((Path(entry.path), relative + "/"))
             elif stat.S_ISREG(info.st_mode):
                 files[relative] = Path(entry.path)
+                sizes[relative] = info.st_size
             else:
                 findings.append(_not_regular(bundle, relative, Path(entry.path), info))
-    return _Scan(files, tuple(sorted(directories)), tuple(findings))
+    return _Scan(files, sizes, tuple(sorted(directories)), tuple(findings))
 
 
 def _entries(directory: Path) -> list[os.DirEntry[str]]:
@@ -117,6 +142,20 @@ def _entries(directory: Path) -> list[os.DirEntry[str]]:
             "cannot list a bundle directory",
             where=str(directory),
             found=error.strerror or type(error).__name__,
+        ) from error
+
+
+def _lstat(path: str) -> os.stat_result:
+    """The entry itself, never what it links to; a directory that can be listed but not searched
+    lets its names be read, not the entries they name."""
+    try:
+        return os.lstat(path)
+    except OSError as error:
+        raise NotObservable(
+            "cannot look at a bundle entry",
+            where=path,
+            found=error.strerror or type(error).__name__,
+            hint="check that every directory of the bundle is readable and searchable by this user",
         ) from error
 
 
@@ -172,7 +211,10 @@ def _signed_statement(scan: _Scan, trusted: TrustedKeys) -> tuple[_Signed | None
             )
         ]
     try:
-        envelope = dsse.Envelope.from_json(_read(scan.files[ENVELOPE]), where=ENVELOPE)
+        data = read_bytes(
+            scan.files[ENVELOPE], limit=ENVELOPE_LIMIT, what=ENVELOPE, follow_symlinks=False
+        )
+        envelope = dsse.Envelope.from_json(data, where=ENVELOPE)
         verified = dsse.verify(envelope, trusted, where=ENVELOPE)
     except (BadInput, dsse.SignatureRefused) as error:
         return None, [
@@ -206,29 +248,22 @@ def _finding(kind: DriftKind, error: ReproError, consequence: str) -> Drift:
     )
 
 
-def _read(path: Path) -> bytes:
-    try:
-        return path.read_bytes()
-    except OSError as error:
-        raise NotObservable(
-            "cannot read a bundle file",
-            where=str(path),
-            found=error.strerror or type(error).__name__,
-        ) from error
-
-
 def _statement_file(scan: _Scan, signed: _Signed) -> list[Drift]:
     if STATEMENT not in scan.files:
         return [_missing(STATEMENT, sha256_bytes(signed.payload))]
-    found = sha256_file(scan.files[STATEMENT])
-    if found == sha256_bytes(signed.payload):
+    # a file of another size is another file: no need to read it to say so
+    if scan.sizes[STATEMENT] != len(signed.payload):
+        found = f"a file of {scan.sizes[STATEMENT]} bytes, not the {len(signed.payload)} signed"
+    else:
+        found = f"sha256 {sha256_file(scan.files[STATEMENT])}"
+    if found == f"sha256 {sha256_bytes(signed.payload)}":
         return []
     return [
         Drift(
             kind=DriftKind.FILE_DIGEST,
             subject=STATEMENT,
             expected=f"sha256 {sha256_bytes(signed.payload)}",
-            observed=f"sha256 {found}",
+            observed=found,
             why=f"{STATEMENT} is not the statement signed in {ENVELOPE}",
         )
     ]
@@ -296,8 +331,8 @@ def _missing(name: str, expected: str) -> Drift:
 def _files(scan: _Scan, digests: Mapping[str, str]) -> list[Drift]:
     sealed = [name for name in sorted(digests) if name in scan.files]
     extra = [name for name in sorted(scan.files) if name not in digests and name not in SEAL_FILES]
-    names = sealed + extra
-    hashed = dict(zip(names, sha256_files([scan.files[name] for name in names]), strict=True))
+    # an extra file is reported, never read: it may be as large as the disk
+    hashed = dict(zip(sealed, sha256_files([scan.files[name] for name in sealed]), strict=True))
     findings: list[Drift] = []
     for name in sorted(digests):
         if name not in scan.files:
@@ -317,7 +352,7 @@ def _files(scan: _Scan, digests: Mapping[str, str]) -> list[Drift]:
             kind=DriftKind.EXTRA_FILE,
             subject=name,
             expected="no such file",
-            observed=f"sha256 {hashed[name]}",
+            observed=f"a file of {scan.sizes[name]} bytes",
             why="the file is not sealed by the statement",
         )
         for name in extra
@@ -340,7 +375,13 @@ def _checksums(scan: _Scan, digests: Mapping[str, str]) -> list[Drift]:
     if SHA256SUMS not in scan.files:
         return []
     try:
-        listed = parse_sha256sums(_read(scan.files[SHA256SUMS]), where=SHA256SUMS)
+        data = read_bytes(
+            scan.files[SHA256SUMS],
+            limit=SHA256SUMS_LIMIT,
+            what=SHA256SUMS,
+            follow_symlinks=False,
+        )
+        listed = parse_sha256sums(data, where=SHA256SUMS)
     except BadInput as error:
         return [_checksums_problem(error.what + (f" ({error.where})" if error.where else ""))]
     sealed = {name: digest for name, digest in digests.items() if name != SHA256SUMS}

@@ -19,7 +19,6 @@ from __future__ import annotations
 import fnmatch
 import posixpath
 import re
-import tomllib
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
@@ -39,6 +38,7 @@ from pydantic import (
 from builder.dispatch import Dispatch
 from builder.errors import BadInput
 from builder.manifest import PATH_PLACEHOLDERS, LogMarker, expand, placeholders_in
+from builder.readers import KERNEL_SET_LIMIT, NoSuchFile, read_toml
 
 KERNELS_DIR = Path(__file__).resolve().parents[1] / "kernels"
 
@@ -178,17 +178,12 @@ class KernelSet(_Frozen):
     def load(cls, name: str, directory: Path = KERNELS_DIR) -> KernelSet:
         path = directory / f"{name}.toml"
         try:
-            document = tomllib.loads(path.read_text())
-        except OSError as error:
+            document = read_toml(path, limit=KERNEL_SET_LIMIT, what="a kernel set")
+        except NoSuchFile as error:
             known = ", ".join(sorted(p.stem for p in directory.glob("*.toml"))) or "none"
             raise BadInput(
-                "no such kernel set",
-                where=str(path),
-                expected=f"one of {known}",
-                found=error.strerror or type(error).__name__,
+                "no such kernel set", where=str(path), expected=f"one of {known}", found=error.found
             ) from error
-        except tomllib.TOMLDecodeError as error:
-            raise BadInput("malformed kernel set", where=str(path), found=str(error)) from error
         document["schema_"] = document.pop("schema", None)
         try:
             kernel_set = cls.model_validate(document)

@@ -3,7 +3,10 @@
 A private key is a PKCS#8 PEM file without encryption (`PREFIX.key`, mode 0600), a public key a
 SubjectPublicKeyInfo PEM file (`PREFIX.pub`). A key id is the sha256, in lowercase hex, of the 32
 raw bytes of the public key, so anyone can recompute it from the `.pub` file. Trust is explicit:
-one public key file, or a directory whose `*.pub` files are the trusted keys.
+one public key file, or a directory whose `*.pub` files are the trusted keys. A key file is read
+through `builder.readers`: a regular file of at most `readers.KEY_LIMIT` bytes, never a FIFO or
+a device. A key pair is written to `PREFIX.key` and `PREFIX.pub`, where PREFIX must name a file:
+not empty, not ending in '/', '.' or '..'.
 """
 
 from __future__ import annotations
@@ -20,6 +23,7 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey,
 
 from builder.errors import BadInput, NotObservable
 from builder.hashing import sha256_bytes
+from builder.readers import KEY_LIMIT, read_bytes
 
 PRIVATE_SUFFIX = ".key"
 PUBLIC_SUFFIX = ".pub"
@@ -33,14 +37,7 @@ def key_id_of(raw_public_key: bytes) -> str:
 
 
 def _read(path: Path, what: str) -> bytes:
-    try:
-        return path.read_bytes()
-    except FileNotFoundError as error:
-        raise BadInput(f"{what} does not exist", where=str(path)) from error
-    except OSError as error:
-        raise NotObservable(
-            f"cannot read {what}", where=str(path), found=error.strerror or type(error).__name__
-        ) from error
+    return read_bytes(path, limit=KEY_LIMIT, what=what)
 
 
 @dataclass(frozen=True)
@@ -214,8 +211,30 @@ def trusted_keys(key_file: Path | None, directory: Path | None) -> TrustedKeys:
     )
 
 
+def key_prefix(text: str) -> Path:
+    """The prefix `keygen --out` names, as it was typed: `Path` would drop the trailing '/' of
+    `dir/` and make `dir.key` beside the directory, and turn '' into '.'."""
+    last = text.rpartition("/")[2]
+    if last in ("", ".", ".."):
+        raise BadInput(
+            "the key prefix names no file",
+            where=repr(text),
+            expected="a path whose last part names the key files: keys/signer writes "
+            "keys/signer.key and keys/signer.pub",
+            found="an empty path" if not text else "a directory",
+        )
+    return Path(text)
+
+
 def key_pair_paths(prefix: Path) -> tuple[Path, Path]:
     """Where `write_key_pair(prefix)` puts the private and the public key."""
+    if prefix.name in ("", ".."):
+        raise BadInput(
+            "the key prefix names no file",
+            where=str(prefix),
+            expected="a path whose last part names the key files",
+            found="a directory",
+        )
     return (
         prefix.with_name(prefix.name + PRIVATE_SUFFIX),
         prefix.with_name(prefix.name + PUBLIC_SUFFIX),

@@ -16,7 +16,6 @@ from __future__ import annotations
 import json
 import re
 import string
-import tomllib
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import date, time
@@ -39,6 +38,15 @@ from pydantic import (
 from pydantic_core import InitErrorDetails, PydanticCustomError
 
 from builder.errors import BadInput
+from builder.readers import (
+    MANIFEST_LIMIT,
+    SUITE_LIMIT,
+    NoSuchFile,
+    NotParsed,
+    parse_json,
+    parse_toml,
+    read_bytes,
+)
 
 SCHEMA_ID: Final = "repro.manifest/v1"
 ALWAYS_FORBIDDEN_ENV: Final = ("LD_PRELOAD", "LD_AUDIT")
@@ -653,7 +661,9 @@ class Gates(_Frozen):
     """Regexes no log line may match (fallback paths)."""
     spec_decode: SpecDecodeGate | None = None
     throughput: ThroughputGate | None = None
-    fresh_starts: Annotated[int, Field(ge=1)] = 1
+    # Each start loads the model and asks the whole suite again: 16 is far more than any
+    # reproduction needs, and bounds how long one `repro run` (and the manifest) can take.
+    fresh_starts: Annotated[int, Field(ge=1, le=16)] = 1
     """Fresh starts of the server that must each reproduce the token ids."""
     metrics_info: tuple[MetricsInfoGate, ...] = ()
     """Engine facts the server itself reports in `/metrics` info gauges."""
@@ -844,11 +854,12 @@ class Suite(_Frozen):
     @classmethod
     def from_json(cls, text: str, *, source: str = "<suite>") -> Suite:
         try:
-            json.loads(text)
-        except json.JSONDecodeError as error:
-            where = f"line {error.lineno}, column {error.colno}"
-            problem = Problem(where, "JSON syntax error", "valid JSON", error.msg)
+            parse_json(text, where=source)  # nesting and numbers bounded before pydantic reads it
+        except NotParsed as error:
+            problem = Problem(error.position, "JSON syntax error", "valid JSON", error.message)
             raise InvalidDocument(source, "oracle suite", [problem]) from None
+        except BadInput as error:
+            raise InvalidDocument(source, "oracle suite", [_refusal(error)]) from None
         return _validate(cls, text, source, "oracle suite")
 
 
@@ -1123,13 +1134,18 @@ class InvalidDocument(BadInput):
         return "\n".join(lines)
 
 
+_LIMITS: Final = {"manifest": MANIFEST_LIMIT, "oracle suite": SUITE_LIMIT}
+
+
 def _read_text(path: Path, source: str, kind: str) -> str:
+    """The file's text; a file that cannot be read for want of permission is `NotObservable`."""
     try:
-        raw = path.read_bytes()
-    except (OSError, ValueError) as error:
-        found = getattr(error, "strerror", None) or str(error)
-        problem = Problem("", f"cannot read the {kind} file", "a readable file", found)
+        raw = read_bytes(path, limit=_LIMITS[kind], what=f"the {kind} file")
+    except NoSuchFile as error:
+        problem = Problem("", f"cannot read the {kind} file", "a readable file", str(error.found))
         raise InvalidDocument(source, kind, [problem]) from None
+    except BadInput as error:
+        raise InvalidDocument(source, kind, [_refusal(error)]) from None
     try:
         return raw.decode("utf-8")
     except UnicodeDecodeError as error:
@@ -1140,24 +1156,21 @@ def _read_text(path: Path, source: str, kind: str) -> str:
         raise InvalidDocument(source, kind, [problem]) from None
 
 
-_TOML_POSITION = re.compile(
-    r"^(?P<msg>.*?)\s*\(at (?:line (?P<line>\d+), column (?P<col>\d+)|(?P<end>end of document))\)$"
-)
+def _refusal(error: BadInput) -> Problem:
+    """A refusal of `builder.readers` (not a regular file, too large, too deep) as a problem."""
+    return Problem("", error.what, error.expected or "", error.found or "")
 
 
 def _parse_toml(text: str, source: str) -> dict[str, Any]:
+    """The manifest's tables, nested and numbered within `builder.readers`' bounds: every walk
+    of them below (dates, pydantic) is then safe from recursion."""
     try:
-        return tomllib.loads(text)
-    except tomllib.TOMLDecodeError as error:
-        match = _TOML_POSITION.match(str(error))
-        message, where = str(error), ""
-        if match is not None:
-            message = match["msg"]
-            where = (
-                "end of file" if match["end"] else f"line {match['line']}, column {match['col']}"
-            )
-        problem = Problem(where, "TOML syntax error", "valid TOML", message)
-        raise InvalidDocument(source, "manifest", [problem]) from None
+        return parse_toml(text, where=source)
+    except NotParsed as error:
+        problem = Problem(error.position, "TOML syntax error", "valid TOML", error.message)
+    except BadInput as error:
+        problem = _refusal(error)
+    raise InvalidDocument(source, "manifest", [problem])
 
 
 def _check_schema_id(data: Mapping[str, Any], source: str) -> None:

@@ -8,11 +8,19 @@ directory never verifies: the signed statement names the bundle, and its directo
 name. An existing bundle is replaced only when asked, and then by one atomic exchange
 (renameat2 RENAME_EXCHANGE), or where the file system cannot exchange, by two renames between
 which the final path is briefly absent, never half-written.
+
+A seal holds an exclusive lock (flock) on its temporary directory until it is done, and the
+next seal of the same bundle name removes every `.<name>.sealing-*` directory beside the bundle
+that no live seal holds, saying so through its progress: what a killed seal left is cleaned, a
+running seal's work is not, and no other directory is touched.
 """
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import os
+import re
 import shutil
 import stat
 import tempfile
@@ -41,6 +49,7 @@ from builder.canonical import canonical_json
 from builder.errors import BadInput, NotObservable
 from builder.hashing import sha256_file
 from builder.keys import SigningKey
+from builder.readers import EVIDENCE_LIMIT, describe_mode, read_bytes
 from builder.statement import statement_for
 
 FILE_MODE = 0o644
@@ -110,21 +119,66 @@ def seal(
 def _seal_into(
     content: BundleContent, key: SigningKey, final: Path, progress: Progress
 ) -> dict[str, str]:
-    workdir = Path(tempfile.mkdtemp(prefix=f".{content.name}.sealing-", dir=final.parent))
+    _remove_leftovers(final.parent, content.name, progress)
+    workdir = Path(tempfile.mkdtemp(prefix=_workdir_prefix(content.name), dir=final.parent))
     progress("created the temporary directory")
-    try:
-        workdir.chmod(DIR_MODE)
-        digests = _write_bundle(content, key, workdir, progress)
-        _sync_tree(workdir, progress)
-        replaced = move_into_place(workdir, final, progress, what="bundle")
-    except BaseException:
-        shutil.rmtree(workdir, ignore_errors=True)
-        raise
-    if replaced is not None:
-        shutil.rmtree(replaced)
-        fsync_dir(final.parent)
-        progress("removed the replaced bundle")
+    with _locked(workdir, wait=True):
+        try:
+            workdir.chmod(DIR_MODE)
+            digests = _write_bundle(content, key, workdir, progress)
+            _sync_tree(workdir, progress)
+            replaced = move_into_place(workdir, final, progress, what="bundle")
+        except BaseException:
+            shutil.rmtree(workdir, ignore_errors=True)
+            raise
+        if replaced is not None:
+            shutil.rmtree(replaced)
+            fsync_dir(final.parent)
+            progress("removed the replaced bundle")
     return digests
+
+
+def _workdir_prefix(name: str) -> str:
+    return f".{name}.sealing-"
+
+
+def _remove_leftovers(parent: Path, name: str, progress: Progress) -> None:
+    """Remove the temporary directories killed seals of `name` left in `parent`.
+
+    Only `.<name>.sealing-<suffix>` directories, the suffix as tempfile makes it (letters, digits
+    and '_', never '.' nor '-'), so a bundle whose name merely starts like this one keeps its
+    own; and only those no live seal holds locked."""
+    ours = re.compile(re.escape(_workdir_prefix(name)) + r"[A-Za-z0-9_]+")
+    with os.scandir(parent) as entries:
+        leftovers = sorted(
+            entry.name
+            for entry in entries
+            if ours.fullmatch(entry.name) and entry.is_dir(follow_symlinks=False)
+        )
+    for leftover in leftovers:
+        try:
+            with _locked(parent / leftover, wait=False) as held:
+                if held:
+                    shutil.rmtree(parent / leftover)
+                    progress(f"removed {leftover}, left by an interrupted seal")
+        except OSError as error:  # never a reason not to seal: it is only left for later
+            progress(f"could not remove {leftover}: {error.strerror or type(error).__name__}")
+
+
+@contextlib.contextmanager
+def _locked(directory: Path, *, wait: bool) -> Iterator[bool]:
+    """Hold an exclusive lock on `directory` for the block; False when another holds it and
+    `wait` is not asked. A killed process holds no lock: the kernel drops it with the process."""
+    descriptor = os.open(directory, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    try:
+        try:
+            fcntl.flock(descriptor, fcntl.LOCK_EX | (0 if wait else fcntl.LOCK_NB))
+        except BlockingIOError:
+            yield False
+            return
+        yield True
+    finally:
+        os.close(descriptor)
 
 
 def check_destination(final: Path, *, force: bool) -> None:
@@ -182,7 +236,8 @@ def _copy_source(source: Path, workdir: Path, target: str, progress: Progress) -
     """Copy a file, or every file below a directory, to `target` inside the bundle."""
     info = _lstat(source)
     if stat.S_ISREG(info.st_mode):
-        _copy_file(source, workdir / target, progress, target)
+        # what was looked at is what is read: a symlink swapped in since is refused
+        _copy_file(source, workdir / target, progress, target, follow_symlinks=False)
     elif stat.S_ISDIR(info.st_mode):
         for child in sorted(entry.name for entry in source.iterdir()):
             _copy_source(source / child, workdir, f"{target}/{_check_name(child)}", progress)
@@ -216,30 +271,12 @@ def _refuse_not_regular(path: Path, info: os.stat_result) -> None:
     )
 
 
-def describe_mode(mode: int) -> str:
-    """What kind of file a mode is, in words."""
-    kinds = (
-        (stat.S_ISREG, "a regular file"),
-        (stat.S_ISDIR, "a directory"),
-        (stat.S_ISLNK, "a symlink"),
-        (stat.S_ISFIFO, "a FIFO"),
-        (stat.S_ISSOCK, "a socket"),
-        (stat.S_ISCHR, "a character device"),
-        (stat.S_ISBLK, "a block device"),
+def _copy_file(
+    source: Path, target: Path, progress: Progress, name: str, *, follow_symlinks: bool = True
+) -> None:
+    data = read_bytes(
+        source, limit=EVIDENCE_LIMIT, what="a file to seal", follow_symlinks=follow_symlinks
     )
-    return next((words for test, words in kinds if test(mode)), f"a file of mode {mode:o}")
-
-
-def _copy_file(source: Path, target: Path, progress: Progress, name: str) -> None:
-    try:
-        with source.open("rb") as stream:
-            data = stream.read()
-    except OSError as error:
-        raise NotObservable(
-            "cannot read a file to seal it",
-            where=str(source),
-            found=error.strerror or type(error).__name__,
-        ) from error
     _write_file(target, data, progress, name)
 
 

@@ -13,7 +13,6 @@ use are left alone: these files carry much more than the gates judge.
 
 from __future__ import annotations
 
-import json
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -22,6 +21,7 @@ from typing import Annotated, Final, TypeVar
 from pydantic import BaseModel, ConfigDict, StringConstraints, ValidationError
 
 from builder.errors import BadInput
+from builder.readers import EVIDENCE_LIMIT, NoSuchFile, NotParsed, parse_json, read_bytes
 from launch.evidence import MetricsDelta, OracleRow, RunEvidence, Teacher, TeacherRow
 from launch.metrics import delta
 
@@ -164,11 +164,13 @@ def _malformed(path: Path, what: str, key: str = "", **sides: str) -> BadInput:
 
 def _read_text(path: Path) -> str:
     try:
-        raw = path.read_bytes()
-    except OSError as error:
-        found = error.strerror or str(error)
+        raw = read_bytes(path, limit=EVIDENCE_LIMIT, what="a record file")
+    except NoSuchFile as error:
         raise BadInput(
-            "cannot read record file", where=str(path), expected="a readable file", found=found
+            "cannot read record file",
+            where=str(path),
+            expected="a readable file",
+            found=error.found,
         ) from None
     try:
         return raw.decode("utf-8")
@@ -187,12 +189,14 @@ def _key_path(loc: tuple[int | str, ...]) -> str:
 def _read_json(path: Path, model: type[_M]) -> _M:
     text = _read_text(path)
     try:
-        json.loads(text)
-    except json.JSONDecodeError as error:
-        where = f"line {error.lineno}, column {error.colno}"
+        parse_json(text, where=str(path))  # nesting and numbers bounded before pydantic reads it
+    except NotParsed as error:
         raise _malformed(
-            path, "JSON syntax error", where, expected="JSON", found=error.msg
+            path, "JSON syntax error", error.position, expected="JSON", found=error.message
         ) from None
+    except BadInput as error:
+        sides = {"expected": error.expected or "", "found": error.found or ""}
+        raise _malformed(path, error.what, **sides) from None
     try:
         return model.model_validate_json(text)
     except ValidationError as error:

@@ -13,7 +13,6 @@ another one.
 from __future__ import annotations
 
 import contextlib
-import json
 import os
 import tempfile
 from dataclasses import asdict, dataclass
@@ -21,7 +20,8 @@ from pathlib import Path
 
 import psutil
 
-from builder.errors import NotObservable
+from builder.errors import NotObservable, ReproError
+from builder.readers import REGISTRY_ENTRY_LIMIT, read_json
 from launch.runrecord import atomic_write, json_bytes
 
 
@@ -84,6 +84,6 @@ def refuse_stale(registry: Path) -> None:
 def _read(path: Path) -> Entry | None:
     """The entry of `path`; an unreadable one (written by nothing repro knows) is ignored."""
     try:
-        return Entry(**json.loads(path.read_text()))
-    except (OSError, ValueError, TypeError):
+        return Entry(**read_json(path, limit=REGISTRY_ENTRY_LIMIT, what="a registry entry"))
+    except (ReproError, TypeError):
         return None

@@ -121,7 +121,7 @@ def test_a_malformed_sha256sums_is_refused_at_its_line(data: bytes, what: str, w
         ("evidence//x", "an empty or '.' part"),
         ("./x", "an empty or '.' part"),
         ("a\\b", "a backslash"),
-        ("a\nb", "a control character"),
+        ("a\nb", "a control character U+000A"),
         ("bad-\udcff", "bytes that are not UTF-8"),
     ],
 )

@@ -101,7 +101,7 @@ def test_unreadable_file_says_why(tmp_path: Path) -> None:
     with pytest.raises(UnreadableFile) as raised:
         read_elf(str(tmp_path))
     assert raised.value.diagnostics() == (
-        f"error: cannot read file\n  where:    {tmp_path}\n  found:    Is a directory"
+        f"error: cannot read file\n  where:    {tmp_path}\n  found:    a directory"
     )
 
 

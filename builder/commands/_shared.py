@@ -1,4 +1,5 @@
-"""Arguments and output several commands share: trusted keys, and a verification report."""
+"""Arguments and output several commands share: trusted keys, output directories, and a
+verification report."""
 
 from __future__ import annotations
 
@@ -6,7 +7,9 @@ import argparse
 from pathlib import Path
 from typing import Any
 
+from builder.errors import BadInput, NotObservable
 from builder.keys import TrustedKeys, trusted_keys
+from builder.readers import describe_mode
 from builder.render import console, drift_table, table
 from builder.verify import VerifyReport
 
@@ -21,6 +24,40 @@ def add_trust_arguments(parser: argparse.ArgumentParser) -> None:
 
 def trusted(args: argparse.Namespace) -> TrustedKeys:
     return trusted_keys(args.key, args.trusted_keys)
+
+
+def output_directory(path: Path, *, option: str) -> Path:
+    """`path` as a directory to write into, made with its parents where absent; a file, or a
+    symlink to nothing, in its place is bad input naming it."""
+    if path.is_symlink() and not path.exists():
+        raise BadInput(
+            f"{option} is a dangling symlink",
+            where=str(path),
+            expected="a directory, or a path where nothing is yet",
+            found=f"a symlink to {path.readlink()}, which does not exist",
+        )
+    if path.exists() and not path.is_dir():
+        raise BadInput(
+            f"{option} is not a directory",
+            where=str(path),
+            expected="a directory, or a path where nothing is yet",
+            found=describe_mode(path.stat().st_mode),
+        )
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+    except (FileExistsError, NotADirectoryError) as error:  # a part of the path is a file
+        raise BadInput(
+            f"{option} cannot be made a directory",
+            where=str(path),
+            found=f"{error.filename}: {error.strerror}",
+        ) from error
+    except OSError as error:
+        raise NotObservable(
+            f"cannot make the {option} directory",
+            where=str(path),
+            found=error.strerror or type(error).__name__,
+        ) from error
+    return path
 
 
 def report_document(report: VerifyReport) -> dict[str, Any]:

@@ -13,6 +13,7 @@ import tempfile
 from pathlib import Path
 
 from builder.build import BuildRefused, build
+from builder.commands._shared import output_directory
 from builder.errors import ExitCode
 from builder.keys import SigningKey
 from builder.render import console, drift_table, write_json
@@ -35,7 +36,7 @@ def _say(message: str) -> None:
 
 def execute(args: argparse.Namespace) -> int:
     key = SigningKey.from_path(args.signing_key)
-    args.out.mkdir(parents=True, exist_ok=True)
+    output_directory(args.out, option="--out")
     run_dir = args.run_dir or Path(tempfile.mkdtemp(prefix="repro-build-")) / "run"
     progress = None if args.json else _say
     try:

@@ -18,7 +18,7 @@ from pathlib import Path
 
 from builder import tinymodel
 from builder.build import BuildRefused, build
-from builder.commands._shared import print_report
+from builder.commands._shared import output_directory, print_report, report_document
 from builder.commands.run import print_summary
 from builder.errors import ExitCode
 from builder.keys import SigningKey, TrustedKeys
@@ -39,7 +39,7 @@ def configure_parser(parser: argparse.ArgumentParser) -> None:
 
 def execute(args: argparse.Namespace) -> int:
     out = args.out or Path(tempfile.mkdtemp(prefix="repro-demo-"))
-    (out / "bundles").mkdir(parents=True, exist_ok=True)
+    output_directory(out / "bundles", option="--out")
     manifest_path = Path(os.path.relpath(DEFAULT_MANIFEST))
     manifest = Manifest.from_path(manifest_path)
     key = SigningKey.from_path(EXAMPLE_KEY)
@@ -54,18 +54,27 @@ def execute(args: argparse.Namespace) -> int:
     try:
         built = build(manifest_path, key, out / "bundles", out / "build-run", progress=say)
     except BuildRefused as refused:
-        console().print(drift_table(refused.drifts, refused.what))
+        if args.json:
+            write_json({"ok": False, "drifts": [d.model_dump(mode="json") for d in refused.drifts]})
+        else:
+            console().print(drift_table(refused.drifts, refused.what))
         return int(ExitCode.CHECK_FAILED)
     say(f"verifying {built.sealed.path} offline and against this host")
     verified = verify(built.sealed.path, trusted, host=True)
     if not verified.ok:
-        print_report(verified)
+        if args.json:
+            write_json({"ok": False, "verify": report_document(verified)})
+        else:
+            print_report(verified)
         return int(ExitCode.CHECK_FAILED)
     say("launching the bundle (candidate profile against the sealed teacher)")
     try:
         replay = launch(built.sealed.path, trusted, runs=out / "runs", signing_key=key)
     except PreflightRefused as refused:
-        print_report(refused.report)
+        if args.json:
+            write_json({"ok": False, "preflight": report_document(refused.report)})
+        else:
+            print_report(refused.report)
         return int(ExitCode.CHECK_FAILED)
     if args.json:
         write_json(

@@ -16,6 +16,7 @@ from typing import Any
 from builder import bundle
 from builder.errors import BadInput, ExitCode
 from builder.lock import Lock
+from builder.readers import LOCK_LIMIT, NoSuchFile, read_bytes
 from builder.render import console, table, write_json
 
 
@@ -68,13 +69,13 @@ def _leaves(prefix: str, value: Any) -> Iterator[tuple[str, Any]]:
 def _lock(path: Path) -> Lock:
     file = path / bundle.LOCK if path.is_dir() else path
     try:
-        data = file.read_bytes()
-    except OSError as error:
+        data = read_bytes(file, limit=LOCK_LIMIT, what="a lock")
+    except NoSuchFile as error:
         raise BadInput(
             "no lock to compare",
             where=str(file),
             expected="a lock.json, or a bundle or run directory holding one",
-            found=error.strerror or type(error).__name__,
+            found=error.found,
         ) from error
     return Lock.from_bytes(data, where=str(file))
 

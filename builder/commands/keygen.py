@@ -8,17 +8,15 @@ are never overwritten. The key id printed is the sha256 of the raw public key.
 from __future__ import annotations
 
 import argparse
-from pathlib import Path
 
 from builder.errors import ExitCode
-from builder.keys import key_pair_paths, write_key_pair
+from builder.keys import key_pair_paths, key_prefix, write_key_pair
 from builder.render import console, write_json
 
 
 def configure_parser(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--out",
-        type=Path,
         required=True,
         metavar="PREFIX",
         help="write PREFIX.key and PREFIX.pub (neither may exist)",
@@ -27,8 +25,9 @@ def configure_parser(parser: argparse.ArgumentParser) -> None:
 
 
 def execute(args: argparse.Namespace) -> int:
-    key = write_key_pair(args.out)
-    private_path, public_path = key_pair_paths(args.out)
+    prefix = key_prefix(args.out)  # the text as typed: a trailing '/' names no file
+    key = write_key_pair(prefix)
+    private_path, public_path = key_pair_paths(prefix)
     if args.json:
         write_json(
             {

@@ -14,13 +14,14 @@ from pathlib import Path
 from builder.commands._shared import add_trust_arguments, print_report, report_document, trusted
 from builder.commands.run import print_summary
 from builder.errors import ExitCode
+from builder.integrity import bundle_path
 from builder.keys import SigningKey
 from builder.render import console, write_json
 from launch.replay import PreflightRefused, launch
 
 
 def configure_parser(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("bundle", type=Path, metavar="BUNDLE")
+    parser.add_argument("bundle", metavar="BUNDLE")  # a string: Path("") would be "."
     add_trust_arguments(parser)
     parser.add_argument("--signing-key", type=Path, metavar="KEY", help="seal the run with it")
     parser.add_argument("--runs", type=Path, default=Path("runs"), help="default: runs/")
@@ -33,7 +34,7 @@ def execute(args: argparse.Namespace) -> int:
     key = SigningKey.from_path(args.signing_key) if args.signing_key else None
     try:
         replay = launch(
-            args.bundle,
+            bundle_path(args.bundle),
             trusted(args),
             runs=args.runs,
             signing_key=key,

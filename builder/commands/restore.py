@@ -18,12 +18,13 @@ from rich.console import Console
 
 from builder.commands._shared import add_trust_arguments, print_report, report_document, trusted
 from builder.errors import ExitCode
+from builder.integrity import bundle_path
 from builder.render import console, drift_table, table, write_json
 from builder.restore.run import RestoreRefused, RestoreReport, restore
 
 
 def configure_parser(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("bundle", type=Path, metavar="BUNDLE")
+    parser.add_argument("bundle", metavar="BUNDLE")  # a string: Path("") would be "."
     add_trust_arguments(parser)
     parser.add_argument(
         "--anchor",
@@ -42,7 +43,7 @@ def execute(args: argparse.Namespace) -> int:
     err = Console(stderr=True, quiet=quiet)
     try:
         report = restore(
-            args.bundle,
+            bundle_path(args.bundle),
             trusted(args),
             anchor=args.anchor,
             force=args.force,

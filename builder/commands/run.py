@@ -22,6 +22,7 @@ from pydantic import ValidationError
 from builder import tinymodel
 from builder.errors import BadInput
 from builder.manifest import Manifest, Suite
+from builder.readers import EVIDENCE_LIMIT, NoSuchFile, parse_json, read_bytes
 from builder.render import console, table, write_json
 from launch.evidence import Teacher
 from launch.run import Event, RunPlan, RunRecord, capture_teacher, run_profile
@@ -62,6 +63,9 @@ def execute(args: argparse.Namespace) -> int:
     else:
         print_summary(record, captured)
     if record.error is not None:
+        if args.json:  # the summary above carries it: one document per command
+            sys.stderr.write(record.error.diagnostics() + "\n")
+            return int(record.error.exit_code)
         raise record.error
     return int(record.exit_code)
 
@@ -69,14 +73,17 @@ def execute(args: argparse.Namespace) -> int:
 def read_teacher(path: Path, suite: Suite) -> Teacher:
     """The Teacher JSON at `path`, checked to be of `suite`, its prompts in the suite's order."""
     try:
-        teacher = Teacher.model_validate_json(path.read_bytes())
-    except OSError as error:
+        data = read_bytes(path, limit=EVIDENCE_LIMIT, what="the teacher")
+    except NoSuchFile as error:
         raise BadInput(
             "cannot read the teacher",
             where=str(path),
             expected="a readable Teacher JSON file",
-            found=error.strerror or str(error),
+            found=error.found,
         ) from None
+    parse_json(data, where=str(path))  # nesting and numbers bounded before pydantic reads it
+    try:
+        teacher = Teacher.model_validate_json(data)
     except ValidationError as error:
         first = error.errors(include_url=False)[0]
         at = ".".join(str(part) for part in first["loc"]) or "top level"

@@ -17,12 +17,13 @@ from rich.status import Status
 
 from builder.commands._shared import add_trust_arguments, print_report, report_document, trusted
 from builder.errors import ExitCode
+from builder.integrity import bundle_path
 from builder.render import write_json
 from builder.verify import verify
 
 
 def configure_parser(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("bundle", type=Path, metavar="BUNDLE")
+    parser.add_argument("bundle", metavar="BUNDLE")  # a string: Path("") would be "."
     add_trust_arguments(parser)
     parser.add_argument("--host", action="store_true", help="also re-observe this machine")
     parser.add_argument(
@@ -38,9 +39,10 @@ def execute(args: argparse.Namespace) -> int:
     what = "hashing every file, recomputing every claim" + (
         ", observing this host" if args.host else ""
     )
+    bundle = bundle_path(args.bundle)
     quiet = args.json or not sys.stderr.isatty()
-    with Status(f"verifying {args.bundle}: {what}", console=Console(stderr=True, quiet=quiet)):
-        report = verify(args.bundle, trusted(args), host=args.host, anchor=args.anchor)
+    with Status(f"verifying {bundle}: {what}", console=Console(stderr=True, quiet=quiet)):
+        report = verify(bundle, trusted(args), host=args.host, anchor=args.anchor)
     if args.json:
         write_json(report_document(report))
     else:

@@ -31,6 +31,7 @@ from builder.drift import Drift, DriftKind
 from builder.hashing import git_blob_sha1_file, sha256_file
 from builder.manifest import Model
 from builder.observe.python import placeholder_path
+from builder.readers import ENVIRONMENT_FILE_LIMIT, read_bytes
 
 NOT_RELEASE: Final = (".git", ".cache/huggingface")
 """Directories of fetch-tool bookkeeping inside a model directory; see the module docstring."""
@@ -159,10 +160,16 @@ def _refs(refs: Path) -> dict[str, str]:
     if not refs.is_dir():
         return {}
     return {
-        ref.relative_to(refs).as_posix(): ref.read_text().strip()
+        ref.relative_to(refs).as_posix(): _ref(ref)
         for ref in sorted(refs.rglob("*"))
         if ref.is_file()
     }
+
+
+def _ref(path: Path) -> str:
+    """A hub cache ref: the commit a branch or tag name stands for, one short line."""
+    data = read_bytes(path, limit=ENVIRONMENT_FILE_LIMIT, what="a hub cache ref")
+    return data.decode("utf-8", errors="replace").strip()
 
 
 # --- comparing ------------------------------------------------------------------------------------

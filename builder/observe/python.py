@@ -29,7 +29,6 @@ from __future__ import annotations
 import base64
 import csv
 import io
-import json
 import os
 import re
 import subprocess
@@ -44,9 +43,10 @@ from urllib.parse import unquote, urlparse
 from pydantic import BaseModel, ConfigDict
 
 from builder.drift import Drift, DriftKind
-from builder.errors import NotObservable
+from builder.errors import BadInput, NotObservable
 from builder.hashing import sha256_file
 from builder.manifest import Manifest, Python, expand
+from builder.readers import ENVIRONMENT_FILE_LIMIT, NoSuchFile, parse_json, read_bytes
 
 INTERPRETER_TIMEOUT_S: Final = 30.0
 
@@ -64,15 +64,16 @@ class Venv:
     def at(cls, root: Path) -> Venv:
         config = root / "pyvenv.cfg"
         try:
-            text = config.read_text()
-        except OSError as error:
+            data = read_bytes(config, limit=ENVIRONMENT_FILE_LIMIT, what="pyvenv.cfg")
+        except NoSuchFile as error:
             raise NotObservable(
                 "the serving virtual environment is missing",
                 where=str(config),
                 expected="a virtual environment made by `python -m venv`",
-                found=error.strerror or type(error).__name__,
+                found=error.found,
                 hint="create it with `make serve-env`",
             ) from error
+        text = data.decode("utf-8", errors="replace")
         values = dict(
             (key.strip(), value.strip())
             for key, _, value in (line.partition("=") for line in text.splitlines())
@@ -288,15 +289,8 @@ def _distribution(dist_info: Path, values: Mapping[str, str]) -> Distribution:
 
 
 def _name_and_version(metadata: Path) -> tuple[str, str]:
-    try:
-        text = metadata.read_text(encoding="utf-8", errors="replace")
-    except OSError as error:
-        raise NotObservable(
-            "cannot read an installed distribution's metadata",
-            where=str(metadata),
-            found=error.strerror or type(error).__name__,
-            hint="the installation is broken: reinstall the distribution",
-        ) from error
+    what = "an installed distribution's metadata"
+    text = _installed_file(metadata, what).decode("utf-8", errors="replace")
     headers = HeaderParser().parsestr(text.split("\n\n", 1)[0])
     name, version = headers.get("Name"), headers.get("Version")
     if not name or not version:
@@ -314,19 +308,32 @@ def _editable_target(direct_url: Path, values: Mapping[str, str]) -> str | None:
     """The directory of an editable install (PEP 610: `dir_info.editable`), None otherwise."""
     if not direct_url.is_file():
         return None
+    what = "an installed distribution's direct_url.json"
     try:
-        document = json.loads(direct_url.read_text(encoding="utf-8"))
-    except (OSError, ValueError) as error:
+        document = parse_json(_installed_file(direct_url, what), where=str(direct_url))
+    except BadInput as error:
         raise NotObservable(
-            "cannot read an installed distribution's direct_url.json",
-            where=str(direct_url),
-            found=str(error),
+            f"cannot read {what}", where=str(direct_url), found=error.found or error.what
         ) from error
     dir_info = document.get("dir_info") if isinstance(document, dict) else None
     if not isinstance(dir_info, dict) or dir_info.get("editable") is not True:
         return None
     url = urlparse(str(document.get("url", "")))
     return placeholder_path(unquote(url.path), values)
+
+
+def _installed_file(path: Path, what: str) -> bytes:
+    """A file of an installed distribution: one that is missing, not a regular file or too large
+    leaves the installation unobservable as it is."""
+    try:
+        return read_bytes(path, limit=ENVIRONMENT_FILE_LIMIT, what=what)
+    except BadInput as error:
+        raise NotObservable(
+            f"cannot read {what}",
+            where=str(path),
+            found=error.found or error.what,
+            hint="the installation is broken: reinstall the distribution",
+        ) from error
 
 
 @dataclass(frozen=True)
@@ -343,7 +350,10 @@ def record_entries(dist_info: Path) -> tuple[RecordEntry, ...]:
     record = dist_info / "RECORD"
     if not record.is_file():
         return ()
-    rows = csv.reader(io.StringIO(record.read_text(encoding="utf-8")))
+    text = _installed_file(record, "an installed distribution's RECORD").decode(
+        "utf-8", errors="replace"
+    )
+    rows = csv.reader(io.StringIO(text))
     return tuple(
         RecordEntry(Path(os.path.normpath(dist_info.parent / row[0])), _hash(row))
         for row in rows
