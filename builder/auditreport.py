@@ -1,43 +1,101 @@
-"""The live audit as people and machines read it: a table per tree, a `--json` document."""
+"""The live audit as people and machines read it: a table per tree, a `--json` document.
+
+`AuditDocument` is the one shape of the audit as evidence: `audit --json` prints it, a run seals
+one file of it per role (`start-N/audit/<role>.json`, with that role's processes), and `repro
+verify` reads those files back into the same model, validated whole.
+"""
 
 from __future__ import annotations
 
 from collections import Counter
 
+from pydantic import BaseModel, ConfigDict, RootModel
+
 from builder.audit import AuditReport, ObjectVerdict
+from builder.documents import parse_document
+from builder.drift import Drift
 from builder.render import console, drift_table, table
 
 
+class _Document(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+class ObjectEvidence(_Document):
+    """One mapped ELF of one process and the loader rule that explains it."""
+
+    path: str
+    file_id: str
+    sha256: str | None
+    rule: str
+    reason: str
+    requester: str | None
+
+
+class ProcessEvidence(_Document):
+    pid: int
+    ppid: int
+    role: str
+    name: str
+    exe: str | None
+    error: str | None
+    environ: dict[str, str]
+    objects: tuple[ObjectEvidence, ...]
+
+
+class AuditDocument(_Document):
+    root_pid: int
+    passed: bool
+    processes: tuple[ProcessEvidence, ...]
+    files: int
+    """Distinct ELF files mapped by the whole tree."""
+    drifts: tuple[Drift, ...]
+
+    @classmethod
+    def of(cls, report: AuditReport) -> AuditDocument:
+        return cls(
+            root_pid=report.root_pid,
+            passed=report.passed,
+            processes=tuple(
+                ProcessEvidence(
+                    pid=p.pid,
+                    ppid=p.ppid,
+                    role=p.role,
+                    name=p.name,
+                    exe=p.exe,
+                    error=p.error,
+                    environ=dict(p.environ),
+                    objects=tuple(
+                        ObjectEvidence(
+                            path=o.path,
+                            file_id=str(o.file_id),
+                            sha256=o.sha256,
+                            rule=o.rule,
+                            reason=o.reason,
+                            requester=o.requester,
+                        )
+                        for o in p.objects
+                    ),
+                )
+                for p in report.processes
+            ),
+            files=len([f for f in report.files if f.is_elf]),
+            drifts=report.drifts,
+        )
+
+    @classmethod
+    def from_bytes(cls, data: bytes, *, where: str) -> AuditDocument:
+        return parse_document(cls, data, where=where, what="sealed audit evidence")
+
+
+class AuditDrifts(RootModel[tuple[Drift, ...]]):
+    """`start-N/audit/drifts.json`: every drift the live audit of one start found."""
+
+    model_config = ConfigDict(frozen=True)
+
+
 def report_document(report: AuditReport) -> dict[str, object]:
-    return {
-        "root_pid": report.root_pid,
-        "passed": report.passed,
-        "processes": [
-            {
-                "pid": p.pid,
-                "ppid": p.ppid,
-                "role": p.role,
-                "name": p.name,
-                "exe": p.exe,
-                "error": p.error,
-                "environ": dict(p.environ),
-                "objects": [
-                    {
-                        "path": o.path,
-                        "file_id": str(o.file_id),
-                        "sha256": o.sha256,
-                        "rule": o.rule,
-                        "reason": o.reason,
-                        "requester": o.requester,
-                    }
-                    for o in p.objects
-                ],
-            }
-            for p in report.processes
-        ],
-        "files": len([f for f in report.files if f.is_elf]),
-        "drifts": [d.model_dump(mode="json") for d in report.drifts],
-    }
+    return AuditDocument.of(report).model_dump(mode="json")
 
 
 def _rule_counts(objects: tuple[ObjectVerdict, ...]) -> str:

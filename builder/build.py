@@ -9,13 +9,12 @@ the bundle's final path unless all of it holds.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from builder import bundle, imported
+from builder.auditreport import AuditDocument, ProcessEvidence
 from builder.canonical import canonical_json
 from builder.claims import (
     DispatchFindings,
@@ -26,6 +25,7 @@ from builder.claims import (
     oracle_claim,
     roles_claim,
 )
+from builder.documents import parse_document
 from builder.drift import Drift, DriftKind
 from builder.errors import ReproError
 from builder.hashing import sha256_file
@@ -43,9 +43,15 @@ from builder.lock import (
     SourceClaim,
 )
 from builder.manifest import Manifest, Suite, expand
-from builder.observations import Observations, drifts, observe
+from builder.observations import (
+    OBSERVATIONS_FILE,
+    Observations,
+    ObservationsDocument,
+    drifts,
+    observe,
+)
 from builder.observe.artifacts import ArtifactFacts, resolve_artifacts
-from builder.observe.dispatch import probe_code_paths
+from builder.observe.dispatch import DISPATCH_FILE, probe_code_paths
 from builder.observe.python import placeholder_path
 from builder.seal import BundleContent, SealedBundle, check_destination, seal
 from launch.evidence import Teacher
@@ -59,9 +65,6 @@ from launch.runrecord import (
     VERDICTS_FILE,
 )
 
-OBSERVATIONS_FILE = "observations.json"
-DISPATCH_FILE = "dispatch.json"
-"""Under evidence/: what the stack reported of each code path it chose (`builder.dispatch`)."""
 # What of a run directory is evidence: never the server's private HOME and TMPDIR.
 START_EVIDENCE = (
     "server.log",
@@ -138,7 +141,9 @@ def build(
     teacher_path = run_dir / bundle.TEACHER_FILE
     teacher_path.write_bytes(canonical_json(teacher.model_dump(mode="json")))
     observations_path = run_dir / OBSERVATIONS_FILE
-    observations_path.write_bytes(canonical_json(observations_document(observed, artifacts)))
+    observations_path.write_bytes(
+        ObservationsDocument.of(observed, artifacts.artifacts, artifacts.unresolved).to_bytes()
+    )
     suite_path = manifest.resolve(manifest.oracle.suite)
     lock = assemble_lock(
         manifest,
@@ -227,9 +232,7 @@ def assemble_lock(
     artifacts: ArtifactFacts,
 ) -> Lock:
     values = observed.values
-    # A replay that failed before its audit is still sealed, with what it saw.
-    first_audit = record.starts[0].audit if record.starts else None
-    audit = first_audit.processes if first_audit is not None else ()
+    audit = _first_audit(record)
     roles = roles_claim(audit, values)
     return Lock(
         bundle=bundle_claim(manifest, manifest_source),
@@ -296,8 +299,7 @@ def live_dispatch(
     probes: Mapping[str, str],
 ) -> DispatchFindings:
     """The choices of code the run made, from its first start's audit and the probes."""
-    first_audit = record.starts[0].audit if record.starts else None
-    audit = first_audit.processes if first_audit is not None else ()
+    audit = _first_audit(record)
     return dispatch_claims(
         kernel_sets,
         manifest.native.modules,
@@ -320,7 +322,7 @@ def _dispatch_drift(problem: str) -> Drift:
 
 
 def teacher_from_bytes(data: bytes) -> Teacher:
-    return Teacher.model_validate(json.loads(data))
+    return parse_document(Teacher, data, where="the teacher", what="the teacher")
 
 
 def pinned_artifacts(observed: Observations) -> ArtifactFacts:
@@ -329,21 +331,6 @@ def pinned_artifacts(observed: Observations) -> ArtifactFacts:
     assert python is not None, "a build refuses an unobservable venv before this"
     values = observed.values
     return resolve_artifacts(Path(values["python"]), Path(values["site"]), python.distributions)
-
-
-def observations_document(observed: Observations, artifacts: ArtifactFacts) -> dict[str, Any]:
-    """The observed facts as evidence: what `verify --host` compares a later host with."""
-    return {
-        "artifacts": {
-            "pinned": {k: a.model_dump(mode="json") for k, a in artifacts.artifacts.items()},
-            "unresolved": artifacts.unresolved,
-        },
-        "values": observed.values,
-        "host": observed.host.to_json(),
-        "models": [m.model_dump(mode="json") for m in observed.models],
-        "sources": [s.model_dump(mode="json") for s in observed.sources],
-        "python": None if observed.python is None else observed.python.model_dump(mode="json"),
-    }
 
 
 def _python_claim(observed: Observations, artifacts: ArtifactFacts) -> PythonClaim:
@@ -358,6 +345,13 @@ def _python_claim(observed: Observations, artifacts: ArtifactFacts) -> PythonCla
         artifacts=artifacts.artifacts,
         unrestorable=artifacts.unresolved,
     )
+
+
+def _first_audit(record: RunRecord) -> tuple[ProcessEvidence, ...]:
+    """The processes of the run's first start as its evidence records them; none when the run
+    failed before its audit (a replay is still sealed with what it saw)."""
+    report = record.starts[0].audit if record.starts else None
+    return AuditDocument.of(report).processes if report is not None else ()
 
 
 def _verdict_drift(gate: str, summary: str) -> Drift:

@@ -7,9 +7,9 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from builder.audit import module_file_stems
+from builder.auditreport import ProcessEvidence
 from builder.canonical import canonical_json
 from builder.dispatch import DispatchKind, HostCapabilities, predict
 from builder.hashing import sha256_bytes, sha256_file
@@ -96,11 +96,10 @@ def row_claim(row: OracleRow) -> OracleRowClaim:
 
 
 def roles_claim(
-    processes: Sequence[Any], values: Mapping[str, str]
+    processes: Sequence[ProcessEvidence], values: Mapping[str, str]
 ) -> dict[str, tuple[MappedObject, ...]]:
-    """Every ELF each role's processes mapped, in placeholder form, one entry per path.
-
-    `processes` are the live audit's (`ProcessAudit`) or their sealed JSON, read alike."""
+    """Every ELF each role's processes mapped, in placeholder form, one entry per path: from
+    the live audit (`AuditDocument.of`) or from its sealed evidence, read alike."""
     roles: dict[str, dict[str, MappedObject]] = {}
     for process in processes:
         for obj in process.objects:
@@ -131,7 +130,7 @@ def modules_claim(
 
 
 def environments_claim(
-    processes: Sequence[Any], values: Mapping[str, str]
+    processes: Sequence[ProcessEvidence], values: Mapping[str, str]
 ) -> dict[str, dict[str, str]]:
     """The loader's variables each role started with, path elements in placeholder form."""
     environments: dict[str, dict[str, str]] = {}

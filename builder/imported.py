@@ -9,7 +9,6 @@ recomputes from them is `sealed` and every claim it can only repeat is `declared
 
 from __future__ import annotations
 
-import json
 import posixpath
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -36,6 +35,7 @@ from builder.lock import (
     SourceClaim,
 )
 from builder.manifest import Evidence, Manifest, Suite
+from builder.readers import EVIDENCE_LIMIT, read_bytes, read_json
 from builder.seal import BundleContent, SealedBundle, seal
 from launch import gates
 from launch.evidence import Teacher, Verdict
@@ -306,7 +306,8 @@ def checksum_drifts(evidence: Evidence, files: ImportedFiles) -> tuple[int, list
     for listed, path in zip(evidence.checksums, files.checksums, strict=True):
         base = posixpath.dirname(posixpath.normpath(listed))
         name = Path(listed).name
-        for number, line in enumerate(path.read_text().splitlines(), start=1):
+        text = read_bytes(path, limit=EVIDENCE_LIMIT, what=f"checksum list {name}").decode()
+        for number, line in enumerate(text.splitlines(), start=1):
             digest, _, entry = line.partition("  ")
             where = f"{name}:{number}"
             if len(digest) != 64 or not entry:
@@ -356,7 +357,7 @@ def seal_record(
     """Seal the imported files verbatim with a lock of sealed and declared claims."""
     if files.model_files is not None:
         problems = model_files_problems(
-            manifest, files.model_files.read_text(), str(files.model_files)
+            manifest, _text(files.model_files, "the release-file listing"), str(files.model_files)
         )
         if problems:
             raise BadInput(
@@ -390,10 +391,16 @@ def seal_record(
     return seal(content, key, parent, force=force), lock
 
 
+def _text(path: Path, what: str) -> str:
+    return read_bytes(path, limit=EVIDENCE_LIMIT, what=what).decode("utf-8", errors="replace")
+
+
 def _identity(path: Path | None) -> Mapping[str, Any]:
     if path is None:
         return {}
-    document: Mapping[str, Any] = json.loads(path.read_text())
+    document = read_json(path, limit=EVIDENCE_LIMIT, what="the identity file")
+    if not isinstance(document, Mapping):
+        raise BadInput("the identity file is not a JSON object", where=str(path))
     return document
 
 
@@ -411,7 +418,8 @@ def recompute(path: Path, manifest: Manifest, lock: Lock) -> list[ClaimCheck]:
     claim = record_claim(manifest, record)
     checks.extend(_record_checks(claim, lock.record))
     if files.model_files is not None:
-        problems = model_files_problems(manifest, files.model_files.read_text(), MODEL_FILES)
+        listing = _text(files.model_files, "the release-file listing")
+        problems = model_files_problems(manifest, listing, MODEL_FILES)
         count = sum(len(m.files) for m in manifest.models)
         checks.append(
             ClaimCheck(
@@ -481,7 +489,13 @@ def _oracle_checks(path: Path, manifest: Manifest, lock: Lock, record: Record) -
             "oracle/teacher.json = the record's teacher files",
             sealed,
             f"{len(record.teacher.rows)} rows",
-            (path / bundle.ORACLE_DIR / bundle.TEACHER_FILE).read_bytes() == teacher,
+            read_bytes(
+                path / bundle.ORACLE_DIR / bundle.TEACHER_FILE,
+                limit=EVIDENCE_LIMIT,
+                what="the sealed teacher",
+                follow_symlinks=False,
+            )
+            == teacher,
         ),
         ClaimCheck(
             "oracle.rows = bench rows",

@@ -8,12 +8,18 @@ is a drift in the same report as every other, so a refusal lists everything miss
 
 from __future__ import annotations
 
+import json
 import os
 from dataclasses import dataclass
 from pathlib import Path
 
+from pydantic import BaseModel, ConfigDict
+
+from builder.canonical import canonical_json
+from builder.documents import parse_document
 from builder.drift import Drift, DriftKind
 from builder.errors import NotObservable, ReproError
+from builder.lock import WheelArtifact
 from builder.manifest import Manifest
 from builder.observe import host as host_observer
 from builder.observe import models as model_observer
@@ -35,6 +41,60 @@ class Observations:
     python: PythonFacts | None
     """None when the venv could not be observed; `unobservable` says why."""
     unobservable: tuple[Drift, ...]
+
+
+OBSERVATIONS_FILE = "observations.json"
+"""Under evidence/: `ObservationsDocument`, what the build (or a replay's preflight) observed."""
+
+
+class _Document(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+class SealedArtifacts(_Document):
+    pinned: dict[str, WheelArtifact]
+    """Normalised distribution name → the wheel it was installed from."""
+    unresolved: dict[str, str]
+    """Normalised distribution name → why no wheel is pinned for it."""
+
+
+class ObservationsDocument(_Document):
+    """`evidence/observations.json`: the observed facts a lock's live claims were taken from,
+    written by `of` and read back by `from_bytes`, validated whole."""
+
+    values: dict[str, str]
+    host: HostFacts
+    models: tuple[ModelFacts, ...]
+    sources: tuple[SourceFacts, ...]
+    python: PythonFacts | None
+    artifacts: SealedArtifacts
+
+    @classmethod
+    def of(
+        cls, observed: Observations, pinned: dict[str, WheelArtifact], unresolved: dict[str, str]
+    ) -> ObservationsDocument:
+        return cls(
+            values=observed.values,
+            host=observed.host,
+            models=observed.models,
+            sources=observed.sources,
+            python=observed.python,
+            artifacts=SealedArtifacts(pinned=pinned, unresolved=unresolved),
+        )
+
+    def to_bytes(self) -> bytes:
+        document = self.model_dump(mode="json")
+        document["host"] = self.host.to_json()
+        return canonical_json(document)
+
+    def host_facts(self) -> dict[str, object]:
+        """The host facts exactly as a lock records them (JSON types)."""
+        facts: dict[str, object] = json.loads(canonical_json(self.host.to_json()))
+        return facts
+
+    @classmethod
+    def from_bytes(cls, data: bytes, *, where: str) -> ObservationsDocument:
+        return parse_document(cls, data, where=where, what="the sealed observations")
 
 
 def observe(manifest: Manifest) -> Observations:

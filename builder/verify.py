@@ -11,16 +11,14 @@ the manifest and the lock, starting nothing.
 
 from __future__ import annotations
 
-import json
 import tempfile
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from types import SimpleNamespace
-from typing import Any
 
 from builder import bundle, imported
-from builder.build import DISPATCH_FILE, OBSERVATIONS_FILE, teacher_from_bytes
+from builder.auditreport import AuditDocument, AuditDrifts, ProcessEvidence
+from builder.build import teacher_from_bytes
 from builder.bundle import KERNEL_SETS_DIR, SUITE_FILE, TEACHER_FILE
 from builder.claims import (
     ClaimCheck,
@@ -31,6 +29,7 @@ from builder.claims import (
     roles_claim,
 )
 from builder.dispatch import HostCapabilities, differs, predict
+from builder.documents import read_document, read_sealed
 from builder.drift import Drift, DriftKind
 from builder.errors import BadInput, ReproError
 from builder.hashing import sha256_bytes, sha256_file
@@ -39,14 +38,28 @@ from builder.kernels import KernelSet, dispatches
 from builder.keys import TrustedKeys
 from builder.loader import FileSystem, dlopen_closure, executable_closure
 from builder.loaderhost import HostFileSystem, RememberingFileSystem, host_config, read_cache
-from builder.lock import EvidenceClass, Lock, MappedObject, WheelArtifact
+from builder.lock import EvidenceClass, Lock, MappedObject, OracleRowClaim
 from builder.manifest import Manifest, Suite, expand
-from builder.observations import Observations, drifts, observe
+from builder.observations import (
+    OBSERVATIONS_FILE,
+    Observations,
+    ObservationsDocument,
+    drifts,
+    observe,
+)
+from builder.observe.dispatch import DISPATCH_FILE, Probes
 from builder.observe.host import observe_host
-from builder.observe.python import PythonFacts
-from builder.observe.sources import SourceFacts
+from builder.readers import LOCK_LIMIT, MANIFEST_LIMIT
 from launch import metrics
-from launch.evidence import OracleRow, RunEvidence, Teacher, Verdict, VerdictStatus
+from launch.evidence import (
+    OracleRow,
+    Rows,
+    RunDocument,
+    RunEvidence,
+    Verdict,
+    Verdicts,
+    VerdictStatus,
+)
 from launch.gates import LIVE_AUDIT_GATE, judge_run
 from launch.runrecord import (
     AUDIT_DIR,
@@ -111,8 +124,15 @@ class OpenedBundle:
 
     @classmethod
     def read(cls, path: Path, anchor: Path | None = None) -> OpenedBundle:
-        lock = Lock.from_bytes((path / bundle.LOCK).read_bytes(), where=str(path / bundle.LOCK))
-        text = (path / bundle.MANIFEST).read_text()
+        lock_bytes = read_sealed(path / bundle.LOCK, what="the lock", limit=LOCK_LIMIT)
+        lock = Lock.from_bytes(lock_bytes, where=str(path / bundle.LOCK))
+        data = read_sealed(path / bundle.MANIFEST, what="the manifest", limit=MANIFEST_LIMIT)
+        try:
+            text = data.decode("utf-8")
+        except UnicodeDecodeError as error:
+            raise BadInput(
+                "the sealed manifest is not UTF-8", where=str(path / bundle.MANIFEST)
+            ) from error
         base = anchor if anchor is not None else Path(lock.bundle.manifest_path).parent
         manifest = Manifest.from_toml(text, source=str(path / bundle.MANIFEST), base_dir=base)
         suite = Suite.from_path(path / bundle.ORACLE_DIR / SUITE_FILE)
@@ -132,9 +152,28 @@ class OpenedBundle:
     def kernel_sets(self) -> tuple[KernelSet, ...]:
         return tuple(KernelSet.load(n, self.kernels) for n in self.manifest.native.kernel_sets)
 
-    def observations(self) -> dict[str, Any]:
-        document: dict[str, Any] = json.loads(self.evidence(OBSERVATIONS_FILE).read_text())
-        return document
+    def teacher_bytes(self) -> bytes:
+        return read_sealed(self.oracle(TEACHER_FILE), what="the sealed teacher")
+
+    def observations(self) -> ObservationsDocument:
+        path = self.evidence(OBSERVATIONS_FILE)
+        return read_document(ObservationsDocument, path, what="the sealed observations")
+
+    def run(self) -> RunDocument:
+        path = self.evidence(RUN_FILE)
+        return read_document(RunDocument, path, what="the run record")
+
+    def audit(self, start: int) -> tuple[list[ProcessEvidence], tuple[Drift, ...]]:
+        """Every process the sealed live audit of `start` saw, and its drifts."""
+        directory = self.evidence(f"start-{start}/{AUDIT_DIR}")
+        processes: list[ProcessEvidence] = []
+        for role_file in sorted(directory.glob("*.json")):
+            if role_file.name != DRIFTS_FILE:
+                document = read_document(AuditDocument, role_file, what="sealed audit evidence")
+                processes.extend(document.processes)
+        drifts = directory / DRIFTS_FILE
+        found = read_document(AuditDrifts, drifts, what="the audit's drifts")
+        return processes, found.root
 
 
 # --- claims recomputed from the sealed evidence ------------------------------------------------
@@ -170,7 +209,7 @@ def _manifest_check(sealed: OpenedBundle) -> ClaimCheck:
 def _oracle_checks(sealed: OpenedBundle, rows: tuple[OracleRow, ...]) -> list[ClaimCheck]:
     lock = sealed.lock.oracle
     suite_sha = sha256_file(sealed.oracle(SUITE_FILE))
-    teacher_bytes = sealed.oracle(TEACHER_FILE).read_bytes()
+    teacher_bytes = sealed.teacher_bytes()
     claim = oracle_claim(
         sealed.manifest, sealed.suite, rows, suite_sha, sha256_bytes(teacher_bytes)
     )
@@ -231,24 +270,14 @@ def _fresh_start_checks(sealed: OpenedBundle, first: tuple[OracleRow, ...]) -> l
 
 
 def _native_check(sealed: OpenedBundle) -> ClaimCheck:
-    audit_dir = sealed.evidence(f"start-1/{AUDIT_DIR}")
-    values = sealed.observations()["values"]
-    processes: list[SimpleNamespace] = []
-    for role_file in sorted(audit_dir.glob("*.json")):
-        if role_file.name == DRIFTS_FILE:
-            continue
-        for process in json.loads(role_file.read_text())["processes"]:
-            objects = [SimpleNamespace(**obj) for obj in process["objects"]]
-            processes.append(
-                SimpleNamespace(role=process["role"], objects=objects, environ=process["environ"])
-            )
+    values = sealed.observations().values
+    processes, audit_drifts = sealed.audit(1)
     roles = roles_claim(processes, values)
     environments = environments_claim(processes, values)
-    audit_drifts = json.loads((audit_dir / DRIFTS_FILE).read_text())
     lock = sealed.lock.native
     count = sum(len(objects) for objects in lock.roles.values())
     same = roles == lock.roles and environments == lock.environments
-    ok = same and audit_drifts == []
+    ok = same and not audit_drifts
     detail = "" if ok else f"{len(audit_drifts)} audit drift(s); mappings equal: {same}"
     return ClaimCheck(
         "native.roles (live audit of every process)",
@@ -262,16 +291,17 @@ def _native_check(sealed: OpenedBundle) -> ClaimCheck:
 def _dispatch_check(sealed: OpenedBundle) -> ClaimCheck:
     """Each choice of code recomputed: the variant mapped in the sealed audit (or reported by
     the sealed probe) and the deciding facts of the sealed host, by the sealed kernel sets."""
-    host = sealed.observations()["host"]
-    probes = json.loads(sealed.evidence(DISPATCH_FILE).read_text())
+    host = sealed.observations().host.capabilities()
+    probes_path = sealed.evidence(DISPATCH_FILE)
+    probes = read_document(Probes, probes_path, what="the dispatch probes")
     lock = sealed.lock
     found = dispatch_claims(
         sealed.kernel_sets(),
         sealed.manifest.native.modules,
-        host=HostCapabilities(arch=host["arch"], cpu_flags=frozenset(host["cpu_flags"])),
+        host=host,
         env=lock.launch.env,
         roles=lock.native.roles,
-        probes=probes,
+        probes=probes.root,
     )
     same = found.claims == lock.native.dispatch
     shown = ", ".join(f"{c.name}={c.variant}" for c in lock.native.dispatch) or "none"
@@ -292,9 +322,9 @@ def _gates_check(sealed: OpenedBundle) -> ClaimCheck:
     """Every gate verdict recomputed from the sealed evidence by the function the run judged
     with, and equal to the sealed verdicts: the same gates, in order, with the same outcome and
     numbers. A start's live audit passes exactly when its sealed audit holds no drift."""
-    sealed_verdicts = tuple(
-        Verdict.model_validate(v) for v in json.loads(sealed.evidence(VERDICTS_FILE).read_text())
-    )
+    path = sealed.evidence(VERDICTS_FILE)
+    document = read_document(Verdicts, path, what="the sealed verdicts")
+    sealed_verdicts = document.root
     ours = recompute_verdicts(sealed)
     names = [v.gate for v in ours]
     failed = [v.gate for v in ours if not v.passed]
@@ -327,16 +357,14 @@ def _gates_check(sealed: OpenedBundle) -> ClaimCheck:
 def recompute_verdicts(sealed: OpenedBundle) -> tuple[Verdict, ...]:
     """The manifest's gates over the bundle's sealed run, as `launch.run.judge` judged it."""
     manifest = sealed.manifest
-    run = json.loads(sealed.evidence(RUN_FILE).read_text())
-    teacher = None
-    if run.get("teacher") is not None:
-        teacher = Teacher.model_validate(run["teacher"])
-        if teacher != teacher_from_bytes(sealed.oracle(TEACHER_FILE).read_bytes()):
-            raise BadInput(
-                "the run was judged against another teacher than the one sealed",
-                where=str(sealed.evidence(RUN_FILE)),
-                expected=f"the teacher of {bundle.ORACLE_DIR}/{TEACHER_FILE}",
-            )
+    teacher = sealed.run().teacher
+    sealed_teacher = teacher_from_bytes(sealed.teacher_bytes())
+    if teacher is not None and teacher != sealed_teacher:
+        raise BadInput(
+            "the run was judged against another teacher than the one sealed",
+            where=str(sealed.evidence(RUN_FILE)),
+            expected=f"the teacher of {bundle.ORACLE_DIR}/{TEACHER_FILE}",
+        )
     starts = manifest.oracle.gates.fresh_starts
     before = _text(sealed.evidence(f"start-1/{METRICS_BEFORE}"))
     after = _text(sealed.evidence(f"start-1/{METRICS_AFTER}"))
@@ -362,13 +390,14 @@ def recompute_verdicts(sealed: OpenedBundle) -> tuple[Verdict, ...]:
 
 
 def _audit_clean(sealed: OpenedBundle, start: int) -> bool:
-    path = sealed.evidence(f"start-{start}/{AUDIT_DIR}/{DRIFTS_FILE}")
-    return path.is_file() and json.loads(path.read_text()) == []
+    return not sealed.audit(start)[1]
 
 
 def _text(path: Path) -> str | None:
     """Sealed evidence as the run read it: bytes decoded with replacement; None when absent."""
-    return path.read_bytes().decode(errors="replace") if path.is_file() else None
+    if not path.is_file():
+        return None
+    return read_sealed(path, what="sealed evidence").decode(errors="replace")
 
 
 def _observed_checks(sealed: OpenedBundle) -> list[ClaimCheck]:
@@ -376,8 +405,8 @@ def _observed_checks(sealed: OpenedBundle) -> list[ClaimCheck]:
     observed = sealed.observations()
     lock = sealed.lock
     checks = []
-    for claim, facts in zip(lock.models, observed["models"], strict=True):
-        files = {f["name"]: f["sha256"] for f in facts["files"]}
+    for claim, facts in zip(lock.models, observed.models, strict=True):
+        files = {f.name: f.sha256 for f in facts.files}
         checks.append(
             _equal(
                 f"models[{claim.role}].files",
@@ -387,8 +416,8 @@ def _observed_checks(sealed: OpenedBundle) -> list[ClaimCheck]:
                 files == claim.files,
             )
         )
-    python = observed["python"] or {}
-    packages = {d["name"]: d["version"] for d in python.get("distributions", ())}
+    distributions = observed.python.distributions if observed.python else ()
+    packages = {d.name: d.version for d in distributions}
     checks.append(
         _equal(
             "python.packages",
@@ -398,20 +427,19 @@ def _observed_checks(sealed: OpenedBundle) -> list[ClaimCheck]:
             packages == lock.python.packages,
         )
     )
-    recorded = observed.get("artifacts") or {}
-    artifacts = {k: WheelArtifact.model_validate(v) for k, v in recorded.get("pinned", {}).items()}
-    same = artifacts == lock.python.artifacts
-    same = same and recorded.get("unresolved", {}) == lock.python.unrestorable
+    artifacts = observed.artifacts
+    same = artifacts.pinned == lock.python.artifacts
+    same = same and artifacts.unresolved == lock.python.unrestorable
     checks.append(
         _equal(
             "python.artifacts (wheel file and sha256)",
             lock.python.evidence,
-            f"{len(artifacts)} wheels, {len(lock.python.unrestorable)} unrestorable",
+            f"{len(artifacts.pinned)} wheels, {len(artifacts.unresolved)} unrestorable",
             f"{len(lock.python.artifacts)} wheels",
             same,
         )
     )
-    host_ok = observed["host"] == lock.host.facts
+    host_ok = observed.host_facts() == lock.host.facts
     checks.append(_equal("host.facts", lock.host.evidence, "recorded", "recorded", host_ok))
     return checks
 
@@ -422,9 +450,10 @@ def _anchored_checks(sealed: OpenedBundle) -> list[ClaimCheck]:
     observations (interpreter, source state, RECORD checks) and the run record (profile)."""
     lock, manifest = sealed.lock, sealed.manifest
     observed = sealed.observations()
-    run = json.loads(sealed.evidence(RUN_FILE).read_text())
-    python = PythonFacts.model_validate(observed["python"])
-    sources = [SourceFacts.model_validate(s) for s in observed["sources"]]
+    run = sealed.run()
+    python = observed.python
+    records = (python.records or ()) if python else ()
+    sources = observed.sources
     profile = lock.launch.profile
     pairs: list[tuple[str, object, object]] = [
         (
@@ -455,18 +484,18 @@ def _anchored_checks(sealed: OpenedBundle) -> list[ClaimCheck]:
         (
             "lock.python.interpreter = observations",
             lock.python.interpreter,
-            python.version,
+            python.version if python else None,
         ),
         (
             "lock.python.record_checked = observations",
             lock.python.record_checked,
-            tuple(sorted(r.distribution for r in python.records or () if not r.mismatches)),
+            tuple(sorted(r.distribution for r in records if not r.mismatches)),
         ),
         (
             "lock.launch = manifest [launch] and the run",
             (profile, lock.launch.argv, lock.launch.env),
             (
-                run.get("profile"),
+                run.profile,
                 manifest.launch.argv_for(profile),
                 manifest.launch.env_for(profile),
             ),
@@ -650,7 +679,7 @@ def _rows(sealed: OpenedBundle, start: int) -> tuple[OracleRow, ...]:
     path = sealed.evidence(f"start-{start}/{ROWS_FILE}")
     if not path.is_file():
         raise BadInput("sealed evidence is missing", where=str(path))
-    return tuple(OracleRow.model_validate(row) for row in json.loads(path.read_text()))
+    return read_document(Rows, path, what="the sealed rows").root
 
 
 def _equal(
@@ -664,7 +693,9 @@ def _equal(
     return ClaimCheck(claim, evidence, value, same, "" if same else f"locked {locked}")
 
 
-def _first_row_difference(ours: tuple[Any, ...], theirs: tuple[Any, ...]) -> str:
+def _first_row_difference(
+    ours: tuple[OracleRowClaim, ...], theirs: tuple[OracleRowClaim, ...]
+) -> str:
     for index, (a, b) in enumerate(zip(ours, theirs, strict=False)):
         if a != b:
             return f"row {index} ({b.prompt_id}) differs from the lock"

@@ -13,7 +13,7 @@ import hashlib
 from enum import StrEnum
 from typing import Self
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, RootModel, model_validator
 
 
 class _Record(BaseModel):
@@ -116,3 +116,31 @@ class Verdict(_Record):
     @property
     def passed(self) -> bool:
         return self.status is not VerdictStatus.FAIL
+
+
+class RunDocument(_Record):
+    """`run.json`: what a run was asked to do, written first, before any start."""
+
+    manifest: str
+    bundle: str
+    profile: str
+    suite: str
+    fresh_starts: int
+    teacher: Teacher | None
+    """The teacher the run was judged against; None when it captures the teacher."""
+    argv: tuple[str, ...]
+    env: dict[str, str]
+    port: int
+    repro_pid: int
+
+
+class Verdicts(RootModel[tuple[Verdict, ...]]):
+    """`verdicts.json`: every gate verdict of a run, in the order it judged them."""
+
+    model_config = ConfigDict(frozen=True)
+
+
+class Rows(RootModel[tuple[OracleRow, ...]]):
+    """`start-N/rows.json`: the suite's rows of one start, in prompt order."""
+
+    model_config = ConfigDict(frozen=True)

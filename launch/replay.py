@@ -14,12 +14,9 @@ from pathlib import Path
 
 from builder import bundle
 from builder.build import (
-    DISPATCH_FILE,
-    OBSERVATIONS_FILE,
     assemble_lock,
     evidence_files,
     live_dispatch,
-    observations_document,
     probe_dispatch,
     teacher_from_bytes,
 )
@@ -29,7 +26,9 @@ from builder.errors import ReproError
 from builder.hashing import sha256_file
 from builder.kernels import KernelSet, kernel_set_files
 from builder.keys import SigningKey, TrustedKeys
+from builder.observations import OBSERVATIONS_FILE, ObservationsDocument
 from builder.observe.artifacts import ArtifactFacts
+from builder.observe.dispatch import DISPATCH_FILE
 from builder.seal import BundleContent, SealedBundle, seal
 from builder.verify import OpenedBundle, VerifyReport, verify
 from launch.run import RunPlan, RunRecord, run_profile
@@ -72,7 +71,7 @@ def launch(
     manifest = opened.manifest
     chosen = profile or ("candidate" if "candidate" in manifest.launch.profiles else None)
     chosen = chosen or manifest.oracle.teacher
-    teacher = teacher_from_bytes(opened.oracle(TEACHER_FILE).read_bytes())
+    teacher = teacher_from_bytes(opened.teacher_bytes())
     name = f"{manifest.bundle.name}-run-{time.strftime('%Y%m%dT%H%M%SZ', time.gmtime())}"
     run_dir = runs / f".{name}.work"
     kernels = path / KERNEL_SETS_DIR
@@ -88,8 +87,8 @@ def launch(
         artifacts = ArtifactFacts(
             dict(opened.lock.python.artifacts), dict(opened.lock.python.unrestorable)
         )
-        document = observations_document(observed, artifacts)
-        (run_dir / OBSERVATIONS_FILE).write_bytes(canonical_json(document))
+        document = ObservationsDocument.of(observed, artifacts.artifacts, artifacts.unresolved)
+        (run_dir / OBSERVATIONS_FILE).write_bytes(document.to_bytes())
         (run_dir / DISPATCH_FILE).write_bytes(canonical_json(probes))
         dispatch = live_dispatch(manifest, observed, record, kernel_sets, probes)
         lock = assemble_lock(

@@ -46,6 +46,7 @@ from launch import server as lifecycle
 from launch.evidence import (
     MetricsDelta,
     OracleRow,
+    RunDocument,
     RunEvidence,
     Teacher,
     TeacherRow,
@@ -548,18 +549,19 @@ def acceptance(delta: MetricsDelta) -> float | None:
 
 
 def _run_document(plan: RunPlan, suite: Suite, spec: lifecycle.ServerSpec) -> dict[str, Any]:
-    return {
-        "manifest": plan.manifest.source,
-        "bundle": plan.manifest.bundle.name,
-        "profile": plan.profile,
-        "suite": suite.name,
-        "fresh_starts": plan.manifest.oracle.gates.fresh_starts,
-        "teacher": None if plan.teacher is None else plan.teacher.model_dump(mode="json"),
-        "argv": list(spec.argv),
-        "env": dict(spec.env),
-        "port": spec.port,
-        "repro_pid": os.getpid(),
-    }
+    document = RunDocument(
+        manifest=plan.manifest.source,
+        bundle=plan.manifest.bundle.name,
+        profile=plan.profile,
+        suite=suite.name,
+        fresh_starts=plan.manifest.oracle.gates.fresh_starts,
+        teacher=plan.teacher,
+        argv=spec.argv,
+        env=dict(spec.env),
+        port=spec.port,
+        repro_pid=os.getpid(),
+    )
+    return document.model_dump(mode="json")
 
 
 def _read_log(start_dir: Path) -> str | None:
