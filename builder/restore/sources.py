@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import os
 import secrets
-import shutil
 import subprocess
 import tempfile
 from collections.abc import Sequence
@@ -33,7 +32,7 @@ from builder.errors import ReproError
 from builder.hashing import sha256_bytes
 from builder.manifest import Source
 from builder.observe.sources import compare, observe_source
-from builder.restore.step import Action, Progress, StepResult, no_progress
+from builder.restore.step import Action, Progress, StepResult, no_progress, occupied, reason, remove
 
 GIT_TIMEOUT_S: Final = 600.0
 """A clone of a large repository over a slow link takes minutes; a hung one never ends."""
@@ -79,7 +78,7 @@ def restore_source(
                 "git clone accepts), or put the work tree at its path",
                 drifts,
             )
-        if _occupied(work_tree) and not force:
+        if occupied(work_tree) and not force:
             raise _Refused(
                 "the work tree does not hold the pinned commit and patches; force replaces it",
                 drifts,
@@ -123,33 +122,7 @@ def _judge(source: Source, work_tree: Path, patches_base: Path) -> list[Drift]:
     try:
         return compare(source, observe_source(at, patches_base))
     except ReproError as error:
-        raise _Refused(_reason(error)) from error
-
-
-def _occupied(path: Path) -> bool:
-    """Whether something is at `path` that restoring would replace: an empty directory holds
-    nothing to lose (it is exchanged like anything else, then removed)."""
-    if path.is_dir() and not path.is_symlink():
-        return any(path.iterdir())
-    return path.exists() or path.is_symlink()
-
-
-def _remove(path: Path) -> None:
-    if path.is_dir() and not path.is_symlink():
-        shutil.rmtree(path)
-    elif path.exists() or path.is_symlink():
-        path.unlink()
-
-
-def _reason(error: ReproError | OSError) -> str:
-    if isinstance(error, OSError):
-        return str(error)
-    parts = [error.what]
-    if error.where:
-        parts.append(f"at {error.where}")
-    if error.found:
-        parts.append(f"found {error.found}")
-    return "; ".join(parts)
+        raise _Refused(reason(error)) from error
 
 
 # --- patches --------------------------------------------------------------------------------------
@@ -220,16 +193,16 @@ def _make(
         drifts = _judge(source, temp, patches_base)
         if drifts:
             raise _Refused("the tree made does not hold the pinned commit and patches", drifts)
-        if _occupied(work_tree) and not force:
+        if occupied(work_tree) and not force:
             raise _Refused("the work tree appeared while it was being made")
         try:
             replaced = move_into_place(temp, work_tree, progress, what="source tree")
         except (ReproError, OSError) as error:
-            raise _Refused(_reason(error)) from error
+            raise _Refused(reason(error)) from error
         if replaced is not None:
-            _remove(replaced)
+            remove(replaced)
     finally:
-        _remove(temp)
+        remove(temp)
     patched = ""
     if patches:
         patched = f", {len(patches)} patch{'' if len(patches) == 1 else 'es'} applied"

@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import shutil
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from enum import StrEnum
+from pathlib import Path
 
 from builder.drift import Drift
+from builder.errors import ReproError
 
 Progress = Callable[[str], None]
 """Told what a step is doing, for a person watching; a no-op by default."""
@@ -40,3 +43,30 @@ class StepResult:
     @property
     def ok(self) -> bool:
         return self.action is not Action.REFUSED
+
+
+def occupied(path: Path) -> bool:
+    """Whether something is at `path` that restoring would replace: an empty directory holds
+    nothing to lose (it is exchanged like anything else, then removed)."""
+    if path.is_dir() and not path.is_symlink():
+        return any(path.iterdir())
+    return path.exists() or path.is_symlink()
+
+
+def remove(path: Path) -> None:
+    if path.is_dir() and not path.is_symlink():
+        shutil.rmtree(path)
+    elif path.exists() or path.is_symlink():
+        path.unlink()
+
+
+def reason(error: ReproError | OSError) -> str:
+    """One line saying why a step failed: what, where, what was found."""
+    if isinstance(error, OSError):
+        return str(error)
+    parts = [error.what]
+    if error.where:
+        parts.append(f"at {error.where}")
+    if error.found:
+        parts.append(f"found {error.found}")
+    return "; ".join(parts)
