@@ -4,9 +4,10 @@ One invocation, on this machine, on the same files:
 
 1. generate K files of N MiB of deterministic pseudo-random bytes (AES-CTR keystream; default
    8 x 512 MiB = 4 GiB, the model files of a large record), pin their sha256 in a lock and seal
-   them with the example key as `evidence/models/` of a bundle (`builder.seal`);
+   them with the example key as `evidence/models/` of a bundle (`builder.sealing.seal`);
 2. time, warm page cache (each tool run once first, then every tool in turn per round, median of
-   the rounds): repro's integrity verification in-process (`builder.integrity.verify_bundle`:
+   the rounds): repro's integrity verification in-process
+   (`builder.sealing.integrity.verify_bundle`:
    signature, every file's sha256, the file set, SHA256SUMS), the `repro verify` command line
    (which goes on to read the lock; the bench's lock is minimal, so it stops there with exit
    code 2 after the integrity check has passed), `sha256sum -c SHA256SUMS` inside the bundle,
@@ -45,10 +46,10 @@ from cryptography.hazmat.primitives.ciphers import Cipher, algorithms, modes
 REPO_ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO_ROOT))
 
-from builder.bundle import SHA256SUMS, parse_sha256sums  # noqa: E402
-from builder.integrity import verify_bundle  # noqa: E402
-from builder.keys import SigningKey, TrustedKeys  # noqa: E402
-from builder.seal import BundleContent, seal  # noqa: E402
+from builder.sealing.bundle import SHA256SUMS, parse_sha256sums  # noqa: E402
+from builder.sealing.integrity import verify_bundle  # noqa: E402
+from builder.sealing.keys import SigningKey, TrustedKeys  # noqa: E402
+from builder.sealing.seal import BundleContent, seal  # noqa: E402
 
 EXAMPLE_KEY = REPO_ROOT / "keys" / "example.key"
 EXAMPLE_PUB = REPO_ROOT / "keys" / "example.pub"

@@ -13,8 +13,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from builder import bundle, imported
-from builder.auditreport import AuditDocument, ProcessEvidence
+from builder import imported
 from builder.canonical import canonical_json
 from builder.claims import (
     DispatchFindings,
@@ -25,12 +24,9 @@ from builder.claims import (
     oracle_claim,
     roles_claim,
 )
-from builder.documents import parse_document
 from builder.drift import Drift, DriftKind
 from builder.errors import ReproError
 from builder.hashing import sha256_file
-from builder.kernels import KernelSet, kernel_set_files
-from builder.keys import SigningKey
 from builder.lock import (
     DispatchClaim,
     EvidenceClass,
@@ -43,6 +39,8 @@ from builder.lock import (
     SourceClaim,
 )
 from builder.manifest import Manifest, Suite, expand
+from builder.native.auditreport import AuditDocument, ProcessEvidence
+from builder.native.kernels import KernelSet, kernel_set_files
 from builder.observations import (
     OBSERVATIONS_FILE,
     Observations,
@@ -53,27 +51,26 @@ from builder.observations import (
 from builder.observe.artifacts import ArtifactFacts, resolve_artifacts
 from builder.observe.dispatch import DISPATCH_FILE, probe_code_paths
 from builder.observe.python import placeholder_path
-from builder.seal import BundleContent, SealedBundle, check_destination, seal
-from launch.evidence import Teacher
+from builder.sealing import bundle
+from builder.sealing.keys import SigningKey
+from builder.sealing.seal import BundleContent, SealedBundle, check_destination, seal
 from launch.run import RunPlan, RunRecord, capture_teacher, run_profile
-from launch.runrecord import (
+from launch.rundir import (
     AUDIT_DIR,
+    LOG_FILE,
+    METRICS_AFTER,
+    METRICS_BEFORE,
     QUALITY_FILE,
     ROWS_FILE,
     RUN_FILE,
+    SERVER_FILE,
     SUMMARY_FILE,
+    TEARDOWN_FILE,
     VERDICTS_FILE,
 )
 
 # What of a run directory is evidence: never the server's private HOME and TMPDIR.
-START_EVIDENCE = (
-    "server.log",
-    "server.json",
-    "metrics-before.prom",
-    "metrics-after.prom",
-    ROWS_FILE,
-    "teardown.json",
-)
+START_EVIDENCE = (LOG_FILE, SERVER_FILE, METRICS_BEFORE, METRICS_AFTER, ROWS_FILE, TEARDOWN_FILE)
 
 Progress = Callable[[str], None]
 
@@ -319,10 +316,6 @@ def _dispatch_drift(problem: str) -> Drift:
         observed=detail,
         why="a kernel set's dispatch rule must say what the stack really runs",
     )
-
-
-def teacher_from_bytes(data: bytes) -> Teacher:
-    return parse_document(Teacher, data, where="the teacher", what="the teacher")
 
 
 def pinned_artifacts(observed: Observations) -> ArtifactFacts:

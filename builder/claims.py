@@ -8,12 +8,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from builder.audit import module_file_stems
-from builder.auditreport import ProcessEvidence
 from builder.canonical import canonical_json
-from builder.dispatch import DispatchKind, HostCapabilities, predict
 from builder.hashing import sha256_bytes, sha256_file
-from builder.kernels import KernelSet
 from builder.lock import (
     BundleClaim,
     DispatchClaim,
@@ -24,8 +20,12 @@ from builder.lock import (
     ThroughputClaim,
 )
 from builder.manifest import Manifest, Suite
+from builder.native.audit import module_file_stems
+from builder.native.auditreport import ProcessEvidence
+from builder.native.dispatch import DispatchKind, HostCapabilities, predict
+from builder.native.kernels import KernelSet
 from builder.observe.python import placeholder_path
-from builder.statement import repro_version
+from builder.sealing.statement import repro_version
 from launch.evidence import OracleRow
 from launch.throughput import measure
 

@@ -1,7 +1,7 @@
 """Sealed-evidence bundles: a record produced elsewhere, imported, recomputed and sealed.
 
 A manifest with `[evidence]` names someone else's run directory, teacher files, declared
-identity and release-file list. `repro build` loads them (`launch.records`), judges the record
+identity and release-file list. `repro build` loads them (`launch.historical`), judges the record
 by the manifest's own gates, and seals the files verbatim with a lock in which every claim it
 recomputes from them is `sealed` and every claim it can only repeat is `declared`; nothing is
 `live`. `repro verify` recomputes the sealed claims from the sealed copies with the same code.
@@ -15,14 +15,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from builder import bundle
 from builder.canonical import canonical_json
 from builder.claims import ClaimCheck, bundle_claim, oracle_claim
 from builder.drift import Drift, DriftKind
 from builder.errors import BadInput
 from builder.hashing import sha256_bytes, sha256_file
-from builder.kernels import kernel_set_files
-from builder.keys import SigningKey
 from builder.lock import (
     EvidenceClass,
     HostClaim,
@@ -35,11 +32,14 @@ from builder.lock import (
     SourceClaim,
 )
 from builder.manifest import Evidence, Manifest, Suite
+from builder.native.kernels import kernel_set_files
 from builder.readers import EVIDENCE_LIMIT, read_bytes, read_json
-from builder.seal import BundleContent, SealedBundle, seal
+from builder.sealing import bundle
+from builder.sealing.keys import SigningKey
+from builder.sealing.seal import BundleContent, SealedBundle, seal
 from launch import gates
 from launch.evidence import Teacher, Verdict
-from launch.records import (
+from launch.historical import (
     Record,
     load_bench,
     load_cleanup_status,

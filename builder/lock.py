@@ -99,7 +99,7 @@ class MappedObject(_Frozen):
 
 
 class DispatchClaim(_Frozen):
-    """The code a host capability selected when the record ran (`builder.dispatch`)."""
+    """The code a host capability selected when the record ran (`builder.native.dispatch`)."""
 
     name: str
     """What was chosen: a declared module (`vllm._C`) or a code path's owner."""

@@ -1,7 +1,7 @@
 """`repro verify`: prove a bundle intact, then recompute every claim of its lock from evidence.
 
-Offline: the signature, every file's digest and the file set (`builder.integrity`); then each
-claim of the lock is recomputed from the sealed evidence by the same functions `repro build`
+Offline: the signature, every file's digest and the file set (`builder.sealing.integrity`); then
+each claim of the lock is recomputed from the sealed evidence by the same functions `repro build`
 used, and compared: the oracle rows and throughput from the bench rows, the teacher file from
 the rows, the native mappings of every role from the live audit evidence, the observed facts
 from the observations the build recorded, the gates from the verdicts, the fresh starts from
@@ -16,10 +16,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from builder import bundle, imported
-from builder.auditreport import AuditDocument, AuditDrifts, ProcessEvidence
-from builder.build import teacher_from_bytes
-from builder.bundle import KERNEL_SETS_DIR, SUITE_FILE, TEACHER_FILE
+from builder import imported
 from builder.claims import (
     ClaimCheck,
     dispatch_claims,
@@ -28,18 +25,17 @@ from builder.claims import (
     oracle_claim,
     roles_claim,
 )
-from builder.dispatch import HostCapabilities, differs, predict
 from builder.documents import read_document, read_sealed
 from builder.drift import Drift, DriftKind
 from builder.errors import BadInput, ReproError
 from builder.hashing import sha256_bytes, sha256_file
-from builder.integrity import verify_bundle
-from builder.kernels import KernelSet, dispatches
-from builder.keys import TrustedKeys
-from builder.loader import FileSystem, dlopen_closure, executable_closure
-from builder.loaderhost import HostFileSystem, RememberingFileSystem, host_config, read_cache
 from builder.lock import EvidenceClass, Lock, MappedObject, OracleRowClaim
 from builder.manifest import Manifest, Suite, expand
+from builder.native.auditreport import AuditDocument, AuditDrifts, ProcessEvidence
+from builder.native.dispatch import HostCapabilities, differs, predict
+from builder.native.kernels import KernelSet, dispatches
+from builder.native.loader import FileSystem, dlopen_closure, executable_closure
+from builder.native.loaderhost import HostFileSystem, RememberingFileSystem, host_config, read_cache
 from builder.observations import (
     OBSERVATIONS_FILE,
     Observations,
@@ -50,18 +46,23 @@ from builder.observations import (
 from builder.observe.dispatch import DISPATCH_FILE, Probes
 from builder.observe.host import observe_host
 from builder.readers import LOCK_LIMIT, MANIFEST_LIMIT
+from builder.sealing import bundle
+from builder.sealing.bundle import KERNEL_SETS_DIR, SUITE_FILE, TEACHER_FILE
+from builder.sealing.integrity import verify_bundle
+from builder.sealing.keys import TrustedKeys
 from launch import metrics
 from launch.evidence import (
     OracleRow,
     Rows,
     RunDocument,
     RunEvidence,
+    Teacher,
     Verdict,
     Verdicts,
     VerdictStatus,
 )
 from launch.gates import LIVE_AUDIT_GATE, judge_run
-from launch.runrecord import (
+from launch.rundir import (
     AUDIT_DIR,
     DRIFTS_FILE,
     LOG_FILE,
@@ -115,7 +116,7 @@ def verify(
 
 @dataclass(frozen=True)
 class OpenedBundle:
-    """A bundle already proven intact (`builder.integrity`), read for its claims and evidence."""
+    """A bundle proven intact (`builder.sealing.integrity`), read for its claims and evidence."""
 
     path: Path
     lock: Lock
@@ -227,7 +228,7 @@ def _oracle_checks(sealed: OpenedBundle, rows: tuple[OracleRow, ...]) -> list[Cl
             "" if claim.rows == lock.rows else _first_row_difference(claim.rows, lock.rows),
         )
     )
-    teacher = teacher_from_bytes(teacher_bytes)
+    teacher = Teacher.from_bytes(teacher_bytes, where=str(sealed.oracle(TEACHER_FILE)))
     same = [(t.token_ids, t.text_sha256) for t in teacher.rows] == [
         (r.token_ids, r.text_sha256) for r in rows
     ]
@@ -358,7 +359,9 @@ def recompute_verdicts(sealed: OpenedBundle) -> tuple[Verdict, ...]:
     """The manifest's gates over the bundle's sealed run, as `launch.run.judge` judged it."""
     manifest = sealed.manifest
     teacher = sealed.run().teacher
-    sealed_teacher = teacher_from_bytes(sealed.teacher_bytes())
+    sealed_teacher = Teacher.from_bytes(
+        sealed.teacher_bytes(), where=str(sealed.oracle(TEACHER_FILE))
+    )
     if teacher is not None and teacher != sealed_teacher:
         raise BadInput(
             "the run was judged against another teacher than the one sealed",

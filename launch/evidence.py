@@ -15,6 +15,8 @@ from typing import Self
 
 from pydantic import BaseModel, ConfigDict, Field, RootModel, model_validator
 
+from builder.documents import parse_document
+
 
 class _Record(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
@@ -66,6 +68,11 @@ class Teacher(_Record):
     conventional_tok_s: float | None = None
     """The teacher run's conventional median rate (`launch.throughput`) over the manifest's
     throughput tokens, tok/s: what a throughput floor scales. None when no throughput is gated."""
+
+    @classmethod
+    def from_bytes(cls, data: bytes, *, where: str) -> Teacher:
+        """A teacher file (`oracle/teacher.json`) validated whole."""
+        return parse_document(cls, data, where=where, what="the teacher")
 
 
 class MetricsDelta(_Record):

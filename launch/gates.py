@@ -606,7 +606,7 @@ def judge(
     verdict `passed` (`n/a` for a gate the manifest does not enable). The optional kinds
     (`metrics_info`, `fresh_start_throughput`, kernel markers) give a verdict for each one
     declared and none otherwise. `kernel_markers` are the
-    runtime markers of the manifest's kernel sets (`builder.kernels.runtime_markers`), judged
+    runtime markers of the manifest's kernel sets (`builder.native.kernels.runtime_markers`), judged
     as log markers and named `kernel_marker:<name>`."""
     return (
         *_teacher_gates(gates, evidence),

@@ -22,7 +22,7 @@ import psutil
 
 from builder.errors import NotObservable, ReproError
 from builder.readers import REGISTRY_ENTRY_LIMIT, read_json
-from launch.runrecord import atomic_write, json_bytes
+from launch.rundir import atomic_write, json_bytes
 
 
 class StaleServer(NotObservable):

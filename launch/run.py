@@ -12,7 +12,7 @@ This module owns the order of a run, the same for teacher capture and for replay
 6. steps 1-5 again for each further fresh start the manifest asks for;
 7. the gates (`launch.gates`) over the evidence, against a teacher when one is given.
 
-Every piece of evidence is written as soon as it exists (`launch.runrecord`), so a run cut
+Every piece of evidence is written as soon as it exists (`launch.rundir`), so a run cut
 short keeps what it saw. SIGINT and SIGTERM during a run tear the server down, mark the run
 `interrupted`, and are raised again as `Interrupted` (a KeyboardInterrupt). A server that dies
 or stops answering gives a failed run with the error recorded, never a retry.
@@ -32,15 +32,15 @@ from pathlib import Path
 from types import FrameType
 from typing import Any, Final, cast
 
-from builder.audit import AuditReport
-from builder.auditreport import report_document
-from builder.dispatch import HostCapabilities
 from builder.errors import BadInput, ExitCode, ReproError
-from builder.kernels import KERNELS_DIR, runtime_markers
 from builder.manifest import Manifest, Suite
+from builder.native.audit import AuditReport
+from builder.native.auditreport import report_document
+from builder.native.dispatch import HostCapabilities
+from builder.native.kernels import KERNELS_DIR, runtime_markers
+from builder.native.policy import judge_tree, observe_tree, policy_from_manifest
+from builder.native.processes import HashMemo
 from builder.observe.host import observe_host
-from builder.observe.native import judge_tree, observe_tree, policy_from_manifest
-from builder.observe.processes import HashMemo
 from launch import gates, metrics, oracle, quality, registry
 from launch import server as lifecycle
 from launch.evidence import (
@@ -53,7 +53,7 @@ from launch.evidence import (
     Verdict,
     VerdictStatus,
 )
-from launch.runrecord import (
+from launch.rundir import (
     AUDIT_DIR,
     DRIFTS_FILE,
     LOG_FILE,

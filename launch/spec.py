@@ -14,6 +14,7 @@ from pathlib import Path
 
 from builder.manifest import Manifest, expand
 from builder.observe.python import path_values
+from launch.rundir import LOG_FILE
 from launch.server import ServerSpec
 
 
@@ -48,7 +49,7 @@ def server_spec(
         argv=tuple(expand(arg, values) for arg in launch.argv_for(profile)),
         env=env,
         port=int(values["port"]),
-        log_path=workdir / "server.log",
+        log_path=workdir / LOG_FILE,
         # A fresh directory: vLLM's children inherit an LD_LIBRARY_PATH ending in ':' (cv2 sets
         # it), so the loader searches their working directory; it must hold nothing.
         cwd=workdir / "cwd",

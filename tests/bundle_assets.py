@@ -9,8 +9,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from builder.keys import SigningKey, TrustedKeys
-from builder.seal import BundleContent, Progress, SealedBundle, seal
+from builder.sealing.keys import SigningKey, TrustedKeys
+from builder.sealing.seal import BundleContent, Progress, SealedBundle, seal
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 RECORD = REPO_ROOT / "records" / "laguna-102tps"

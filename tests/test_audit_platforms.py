@@ -19,10 +19,10 @@ import pytest
 
 from builder.cli import main
 from builder.hashing import sha256_file
-from builder.kernels import KernelSet
-from builder.loaderhost import host_config
-from builder.observe.native import judge_tree, policy_from_flags
-from builder.observe.processes import snapshot_tree
+from builder.native.kernels import KernelSet
+from builder.native.loaderhost import host_config
+from builder.native.policy import judge_tree, policy_from_flags
+from builder.native.processes import snapshot_tree
 
 LOADER = """
 import ctypes, sys, time

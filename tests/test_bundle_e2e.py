@@ -18,14 +18,15 @@ from typing import Any
 import pytest
 from conftest import REPO_ROOT, SERVE_VENV, TINY_MANIFEST
 
-from builder import bundle, tinymodel
+from builder import tinymodel
 from builder.build import BuildResult, build
 from builder.drift import DriftKind
-from builder.keys import SigningKey, TrustedKeys
 from builder.manifest import Manifest
-from builder.seal import BundleContent, seal
+from builder.replay import launch
+from builder.sealing import bundle
+from builder.sealing.keys import SigningKey, TrustedKeys
+from builder.sealing.seal import BundleContent, seal
 from builder.verify import VerifyReport, verify
-from launch.replay import launch
 from launch.run import ForbiddenEnvironment
 
 pytestmark = pytest.mark.server
@@ -234,7 +235,15 @@ LOCK_EDITS = {
     ),
     "the bundle's description": (_set("bundle", "description", value="a record"), [LOCKED]),
     "the recorded dispatch": (
-        _set("native", "dispatch", 0, "variant", value="vllm._C"),
+        lambda lock: _set(
+            "native",
+            "dispatch",
+            0,
+            "variant",
+            value="vllm._C"
+            if lock["native"]["dispatch"][0]["variant"] != "vllm._C"
+            else "vllm._C_AVX2",
+        )(lock),
         ["native.dispatch (variant and deciding facts)"],
     ),
 }

@@ -18,12 +18,12 @@ import pytest
 from conftest import REPO_ROOT
 
 from builder.cli import main
-from builder.dispatch import HostCapabilities
 from builder.drift import DriftKind
-from builder.keys import SigningKey, TrustedKeys
+from builder.native.dispatch import HostCapabilities
 from builder.observe.host import observe_host
+from builder.replay import PreflightRefused, launch
+from builder.sealing.keys import SigningKey, TrustedKeys
 from builder.verify import OpenedBundle, dispatch_drifts, verify
-from launch.replay import PreflightRefused, launch
 
 pytestmark = pytest.mark.server
 

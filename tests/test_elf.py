@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from builder.elf import (
+from builder.native.elf import (
     MalformedElf,
     MissingFile,
     NotElf,

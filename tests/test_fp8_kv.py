@@ -30,8 +30,8 @@ from builder.manifest import (
 from launch import gates as gate_functions
 from launch.evidence import OracleRow, RunEvidence, Teacher, TeacherRow, Verdict
 from launch.gates import judge
+from launch.historical import RUN_DIR, Record, load_record
 from launch.quality import assess, quality_check
-from launch.records import RUN_DIR, Record, load_record
 from launch.throughput import measure
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -21,8 +21,8 @@ from launch.evidence import (
     TeacherRow,
     VerdictStatus,
 )
+from launch.historical import RUN_DIR, Record, load_record
 from launch.metrics import delta
-from launch.records import RUN_DIR, Record, load_record
 
 RECORD = Path(__file__).resolve().parents[1] / "records" / "laguna-102tps"
 CONVENTIONAL_MEDIAN = 101.94172124017027

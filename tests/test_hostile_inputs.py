@@ -3,8 +3,9 @@ each is refused with exit 2 (bad input) or 3 (not observable), or reported as dr
 never with a traceback, never by hanging, and never by reading what need not be read.
 
 A tampered copy is re-sealed with the example key (`reseal`: new SHA256SUMS, statement and
-envelope, as `builder.seal` writes them), so what is judged is the hostile content itself, not a
-broken signature. Whatever could hang (a FIFO, /dev/zero) runs in a child process with a timeout.
+envelope, as `builder.sealing.seal` writes them), so what is judged is the hostile content
+itself, not a broken signature. Whatever could hang (a FIFO, /dev/zero) runs in a child process
+with a timeout.
 """
 
 from __future__ import annotations
@@ -26,14 +27,15 @@ import pytest
 from bundle_assets import BUNDLE_NAME, EXAMPLE_KEY, EXAMPLE_PUB, REPO_ROOT, example_key
 from bundle_assets import seal_example as seal_laguna_mini
 
-from builder import dsse, readers
-from builder.bundle import ENVELOPE, SHA256SUMS, STATEMENT, path_problem, render_sha256sums
+from builder import readers
 from builder.cli import main
 from builder.commands import host as host_command
 from builder.errors import BadInput, NotObservable
 from builder.hashing import sha256_file
 from builder.manifest import Manifest
-from builder.statement import Statement, statement_for
+from builder.sealing import dsse
+from builder.sealing.bundle import ENVELOPE, SHA256SUMS, STATEMENT, path_problem, render_sha256sums
+from builder.sealing.statement import Statement, statement_for
 
 COMMITTED = REPO_ROOT / "repro" / "tiny-cpu"
 TINY_MANIFEST = REPO_ROOT / "manifests" / "tiny-cpu.toml"

@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 
 from builder.errors import BadInput
-from builder.kernels import Category, KernelSet, classify
+from builder.native.kernels import Category, KernelSet, classify
 
 EVIDENCE = Path(__file__).parent / "evidence" / "h200"
 

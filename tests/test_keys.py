@@ -14,7 +14,7 @@ from cryptography.hazmat.primitives.asymmetric import ed25519, rsa
 
 from builder.cli import main
 from builder.errors import BadInput
-from builder.keys import PublicKey, SigningKey, TrustedKeys, trusted_keys
+from builder.sealing.keys import PublicKey, SigningKey, TrustedKeys, trusted_keys
 
 EXAMPLE_KEY_ID = "41a75b1e796d4f6bbe32a85114bfe620916545f66815052db2a72ba0edfa475f"
 

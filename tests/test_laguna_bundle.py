@@ -15,14 +15,14 @@ from typing import Any
 
 import pytest
 
-from builder import bundle
 from builder.build import BuildRefused, build
 from builder.cli import main
 from builder.errors import BadInput
-from builder.keys import SigningKey, TrustedKeys
 from builder.lock import EvidenceClass
 from builder.manifest import Manifest
-from builder.seal import BundleContent, seal
+from builder.sealing import bundle
+from builder.sealing.keys import SigningKey, TrustedKeys
+from builder.sealing.seal import BundleContent, seal
 from builder.verify import VerifyReport, verify
 from launch.run import RunPlan, run_profile
 

@@ -18,7 +18,7 @@ from builder.errors import BadInput
 from builder.manifest import Gates, LogMarker, SpecDecodeGate, ThroughputGate
 from launch import gates
 from launch.evidence import VerdictStatus
-from launch.records import (
+from launch.historical import (
     RUN_DIR,
     TEACHER_TEXTS,
     TEACHER_TOKENS,

@@ -14,10 +14,10 @@ import pytest
 from builder.cli import main
 from builder.commands.check import plan
 from builder.errors import BadInput
-from builder.kernels import KernelSet, Origin, origin_of, runtime_markers
 from builder.manifest import Manifest, expand
+from builder.native.kernels import KernelSet, Origin, origin_of, runtime_markers
 from launch.gates import judge
-from launch.records import Record, load_record
+from launch.historical import Record, load_record
 from launch.throughput import measure
 
 ROOT = Path(__file__).resolve().parents[1]

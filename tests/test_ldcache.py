@@ -12,8 +12,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from builder.errors import BadInput
-from builder.ldcache import NEW_MAGIC, OLD_MAGIC, LdCache, libcmp
-from builder.loaderhost import host_config, read_cache
+from builder.native.ldcache import NEW_MAGIC, OLD_MAGIC, LdCache, libcmp
+from builder.native.loaderhost import host_config, read_cache
 
 _LDCONFIG_LINE = re.compile(r"^\s+(\S+) \(([^)]*)\) => (\S+)$")
 

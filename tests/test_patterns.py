@@ -18,8 +18,8 @@ from pathlib import Path
 import pytest
 
 from builder.errors import BadInput, ExitCode
-from builder.kernels import KernelSet
 from builder.manifest import LogMarker, Manifest
+from builder.native.kernels import KernelSet
 from builder.patterns import MAX_PROGRAM_SIZE, SYNTAX, compile_pattern
 from launch import gates
 

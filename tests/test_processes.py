@@ -15,8 +15,8 @@ import pytest
 
 from builder.errors import NotObservable
 from builder.hashing import sha256_file
-from builder.observe.processes import HashMemo, classify_role, read_mapped_file, snapshot_tree
-from builder.procmaps import FileId, Mapping
+from builder.native.processes import HashMemo, classify_role, read_mapped_file, snapshot_tree
+from builder.native.procmaps import FileId, Mapping
 
 # A child that maps a copy of a shared library, reports ready, and sleeps until killed.
 MAPPER = """

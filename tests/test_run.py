@@ -39,7 +39,7 @@ from launch.run import (
     capture_teacher,
     run_profile,
 )
-from launch.runrecord import RunStatus, read_rows, read_status
+from launch.rundir import RunStatus, read_rows, read_status
 
 MANIFEST = Manifest.from_path(TINY_MANIFEST)
 ROLES = ["api_server", "engine_core", "resource_tracker", "worker"]

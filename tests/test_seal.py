@@ -23,14 +23,14 @@ from bundle_assets import (
     seal_example,
 )
 
-from builder import atomic
-from builder import seal as sealing
-from builder.bundle import ENVELOPE, LOCK, SHA256SUMS, STATEMENT
 from builder.canonical import canonical_json
 from builder.errors import BadInput
 from builder.hashing import sha256_file
-from builder.integrity import verify_bundle
-from builder.statement import Statement
+from builder.sealing import atomic
+from builder.sealing import seal as sealing
+from builder.sealing.bundle import ENVELOPE, LOCK, SHA256SUMS, STATEMENT
+from builder.sealing.integrity import verify_bundle
+from builder.sealing.statement import Statement
 
 SEALED_FILES = [
     "SHA256SUMS",

@@ -8,9 +8,9 @@ from pathlib import Path
 from typing import Any
 
 from builder.errors import BadInput, NotObservable
-from builder.keys import TrustedKeys, trusted_keys
 from builder.readers import describe_mode
 from builder.render import console, drift_table, table
+from builder.sealing.keys import TrustedKeys, trusted_keys
 from builder.verify import VerifyReport
 
 

@@ -10,13 +10,13 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from builder.auditreport import print_report, report_document
 from builder.errors import BadInput, ExitCode
-from builder.loaderhost import host_config
 from builder.manifest import Manifest
+from builder.native.auditreport import print_report, report_document
+from builder.native.loaderhost import host_config
+from builder.native.policy import judge_tree, observe_tree, policy_from_flags, policy_from_manifest
+from builder.native.processes import pid_listening_on
 from builder.observe.host import observe_host
-from builder.observe.native import judge_tree, observe_tree, policy_from_flags, policy_from_manifest
-from builder.observe.processes import pid_listening_on
 from builder.render import write_json
 
 

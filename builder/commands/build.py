@@ -15,8 +15,8 @@ from pathlib import Path
 from builder.build import BuildRefused, build
 from builder.commands._shared import output_directory
 from builder.errors import ExitCode
-from builder.keys import SigningKey
 from builder.render import console, drift_table, write_json
+from builder.sealing.keys import SigningKey
 
 
 def configure_parser(parser: argparse.ArgumentParser) -> None:

@@ -16,8 +16,8 @@ from rich.markup import escape
 from rich.table import Table
 
 from builder.errors import BadInput, ExitCode
-from builder.kernels import KernelSet
 from builder.manifest import Gates, LogMarker, Manifest, Suite
+from builder.native.kernels import KernelSet
 from builder.render import console, table, write_json
 
 

@@ -13,9 +13,9 @@ import sys
 from typing import Any
 
 from builder import render
-from builder.elf import read_elf
-from builder.ldcache import LdCache
-from builder.loader import (
+from builder.native.elf import read_elf
+from builder.native.ldcache import LdCache
+from builder.native.loader import (
     Closure,
     LoaderConfig,
     Outcome,
@@ -23,7 +23,7 @@ from builder.loader import (
     dlopen_closure,
     executable_closure,
 )
-from builder.loaderhost import HostFileSystem, host_config, read_cache
+from builder.native.loaderhost import HostFileSystem, host_config, read_cache
 
 _BRANCH, _LAST, _PIPE, _SPACE = "├── ", "└── ", "│   ", "    "
 

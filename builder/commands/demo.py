@@ -21,11 +21,11 @@ from builder.build import BuildRefused, build
 from builder.commands._shared import output_directory, print_report, report_document
 from builder.commands.run import print_summary
 from builder.errors import ExitCode
-from builder.keys import SigningKey, TrustedKeys
 from builder.manifest import Manifest
 from builder.render import console, drift_table, table, write_json
+from builder.replay import PreflightRefused, launch
+from builder.sealing.keys import SigningKey, TrustedKeys
 from builder.verify import verify
-from launch.replay import PreflightRefused, launch
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 DEFAULT_MANIFEST = REPO_ROOT / "manifests" / "tiny-cpu.toml"

@@ -10,8 +10,8 @@ from __future__ import annotations
 import argparse
 
 from builder.errors import ExitCode
-from builder.keys import key_pair_paths, key_prefix, write_key_pair
 from builder.render import console, write_json
+from builder.sealing.keys import key_pair_paths, key_prefix, write_key_pair
 
 
 def configure_parser(parser: argparse.ArgumentParser) -> None:

@@ -14,10 +14,10 @@ from pathlib import Path
 from builder.commands._shared import add_trust_arguments, print_report, report_document, trusted
 from builder.commands.run import print_summary
 from builder.errors import ExitCode
-from builder.integrity import bundle_path
-from builder.keys import SigningKey
 from builder.render import console, write_json
-from launch.replay import PreflightRefused, launch
+from builder.replay import PreflightRefused, launch
+from builder.sealing.integrity import bundle_path
+from builder.sealing.keys import SigningKey
 
 
 def configure_parser(parser: argparse.ArgumentParser) -> None:

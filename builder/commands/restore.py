@@ -18,9 +18,9 @@ from rich.console import Console
 
 from builder.commands._shared import add_trust_arguments, print_report, report_document, trusted
 from builder.errors import ExitCode
-from builder.integrity import bundle_path
 from builder.render import console, drift_table, table, write_json
 from builder.restore.run import RestoreRefused, RestoreReport, restore
+from builder.sealing.integrity import bundle_path
 
 
 def configure_parser(parser: argparse.ArgumentParser) -> None:

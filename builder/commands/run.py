@@ -26,7 +26,7 @@ from builder.readers import EVIDENCE_LIMIT, NoSuchFile, parse_json, read_bytes
 from builder.render import console, table, write_json
 from launch.evidence import Teacher
 from launch.run import Event, RunPlan, RunRecord, capture_teacher, run_profile
-from launch.runrecord import TEACHER_FILE, atomic_write, json_bytes
+from launch.rundir import TEACHER_FILE, atomic_write, json_bytes
 
 
 def configure_parser(parser: argparse.ArgumentParser) -> None:

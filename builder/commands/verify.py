@@ -17,8 +17,8 @@ from rich.status import Status
 
 from builder.commands._shared import add_trust_arguments, print_report, report_document, trusted
 from builder.errors import ExitCode
-from builder.integrity import bundle_path
 from builder.render import write_json
+from builder.sealing.integrity import bundle_path
 from builder.verify import verify
 
 

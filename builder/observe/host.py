@@ -14,10 +14,10 @@ import platform
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from builder.dispatch import HostCapabilities
 from builder.drift import Drift, DriftKind
 from builder.manifest import Accelerator as ManifestAccelerator
 from builder.manifest import Host
+from builder.native.dispatch import HostCapabilities
 
 # PCI vendor ids of compute accelerators; a server's BMC display (e.g. ASPEED 1a03) is not one.
 COMPUTE_VENDORS = {
@@ -57,7 +57,7 @@ class HostFacts:
     accelerators: tuple[Accelerator, ...]
 
     def capabilities(self) -> HostCapabilities:
-        """What a dispatch reads of this host (`builder.dispatch`)."""
+        """What a dispatch reads of this host (`builder.native.dispatch`)."""
         return HostCapabilities(arch=self.arch, cpu_flags=frozenset(self.cpu_flags))
 
     def to_json(self) -> dict[str, object]:

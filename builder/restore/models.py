@@ -30,13 +30,13 @@ from pathlib import Path
 from typing import Final
 
 from builder import tinymodel
-from builder.atomic import move_into_place
 from builder.drift import Drift, DriftKind
 from builder.errors import ReproError
 from builder.hashing import git_blob_sha1_file
 from builder.manifest import Model
 from builder.observe.models import compare, observe_model
 from builder.restore.step import Action, Progress, StepResult, no_progress, occupied, reason, remove
+from builder.sealing.atomic import move_into_place
 
 GENERATORS: Final[Mapping[str, Callable[[Path], object]]] = {"tiny-llama": tinymodel.generate}
 """`[[model]].generator` to the function that writes that model into a new directory."""

@@ -25,7 +25,6 @@ from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Final
 
-from builder.atomic import move_into_place
 from builder.drift import Drift, DriftKind
 from builder.errors import ReproError
 from builder.hashing import sha256_bytes, sha256_file
@@ -42,6 +41,7 @@ from builder.observe.python import (
     venv_values,
 )
 from builder.restore.step import Action, Progress, StepResult, no_progress
+from builder.sealing.atomic import move_into_place
 
 INSTALL_TIMEOUT_S: Final = 1800.0
 KIND: Final = "python"

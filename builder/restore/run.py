@@ -13,11 +13,11 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from builder.errors import ReproError
-from builder.keys import TrustedKeys
 from builder.restore.models import restore_model
 from builder.restore.python import restore_python
 from builder.restore.sources import restore_source
 from builder.restore.step import Action, Progress, StepResult, no_progress
+from builder.sealing.keys import TrustedKeys
 from builder.verify import OpenedBundle, VerifyReport, verify
 
 

@@ -26,13 +26,13 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Final
 
-from builder.atomic import move_into_place
 from builder.drift import Drift, DriftKind
 from builder.errors import ReproError
 from builder.hashing import sha256_bytes
 from builder.manifest import Source
 from builder.observe.sources import compare, observe_source
 from builder.restore.step import Action, Progress, StepResult, no_progress, occupied, reason, remove
+from builder.sealing.atomic import move_into_place
 
 GIT_TIMEOUT_S: Final = 600.0
 """A clone of a large repository over a slow link takes minutes; a hung one never ends."""

@@ -17,10 +17,10 @@ from pathlib import Path
 
 import pytest
 
-from builder.elf import is_elf
-from builder.ldcache import LdCache
-from builder.loader import Closure, LoaderConfig
-from builder.loaderhost import HostFileSystem, host_config, read_cache
+from builder.native.elf import is_elf
+from builder.native.ldcache import LdCache
+from builder.native.loader import Closure, LoaderConfig
+from builder.native.loaderhost import HostFileSystem, host_config, read_cache
 
 _LIB_SOURCE = "int repro_fixture_{tag}(void) {{ return {value}; }}\n"
 _DLOPEN_CONSTRUCTOR = r"""

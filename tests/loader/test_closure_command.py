@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from builder.cli import main
-from builder.loaderhost import HostFileSystem
+from builder.native.loaderhost import HostFileSystem
 
 from .conftest import Build, run_judge
 

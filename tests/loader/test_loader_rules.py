@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from builder.ldcache import LdCache
-from builder.loader import (
+from builder.native.ldcache import LdCache
+from builder.native.loader import (
     Closure,
     LoadedObject,
     LoaderConfig,
@@ -18,7 +18,7 @@ from builder.loader import (
     executable_closure,
     resolve_dlopen,
 )
-from builder.loaderhost import HostFileSystem, with_environment
+from builder.native.loaderhost import HostFileSystem, with_environment
 
 from .conftest import Build, predicted, run_judge
 

@@ -13,10 +13,10 @@ import subprocess
 import sys
 from pathlib import Path
 
-from builder.auditreport import report_document
-from builder.loaderhost import host_config
+from builder.native.auditreport import report_document
+from builder.native.loaderhost import host_config
+from builder.native.policy import judge_tree, observe_tree, policy_from_flags
 from builder.observe.host import observe_host
-from builder.observe.native import judge_tree, observe_tree, policy_from_flags
 
 HERE = Path(__file__).resolve().parent
 

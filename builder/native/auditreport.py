@@ -11,9 +11,9 @@ from collections import Counter
 
 from pydantic import BaseModel, ConfigDict, RootModel
 
-from builder.audit import AuditReport, ObjectVerdict
 from builder.documents import parse_document
 from builder.drift import Drift
+from builder.native.audit import AuditReport, ObjectVerdict
 from builder.render import console, drift_table, table
 
 

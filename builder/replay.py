@@ -12,25 +12,25 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from builder import bundle
 from builder.build import (
     assemble_lock,
     evidence_files,
     live_dispatch,
     probe_dispatch,
-    teacher_from_bytes,
 )
-from builder.bundle import KERNEL_SETS_DIR, SUITE_FILE, TEACHER_FILE
 from builder.canonical import canonical_json
 from builder.errors import ReproError
 from builder.hashing import sha256_file
-from builder.kernels import KernelSet, kernel_set_files
-from builder.keys import SigningKey, TrustedKeys
+from builder.native.kernels import KernelSet, kernel_set_files
 from builder.observations import OBSERVATIONS_FILE, ObservationsDocument
 from builder.observe.artifacts import ArtifactFacts
 from builder.observe.dispatch import DISPATCH_FILE
-from builder.seal import BundleContent, SealedBundle, seal
+from builder.sealing import bundle
+from builder.sealing.bundle import KERNEL_SETS_DIR, SUITE_FILE, TEACHER_FILE
+from builder.sealing.keys import SigningKey, TrustedKeys
+from builder.sealing.seal import BundleContent, SealedBundle, seal
 from builder.verify import OpenedBundle, VerifyReport, verify
+from launch.evidence import Teacher
 from launch.run import RunPlan, RunRecord, run_profile
 
 
@@ -71,7 +71,7 @@ def launch(
     manifest = opened.manifest
     chosen = profile or ("candidate" if "candidate" in manifest.launch.profiles else None)
     chosen = chosen or manifest.oracle.teacher
-    teacher = teacher_from_bytes(opened.teacher_bytes())
+    teacher = Teacher.from_bytes(opened.teacher_bytes(), where=str(opened.oracle(TEACHER_FILE)))
     name = f"{manifest.bundle.name}-run-{time.strftime('%Y%m%dT%H%M%SZ', time.gmtime())}"
     run_dir = runs / f".{name}.work"
     kernels = path / KERNEL_SETS_DIR

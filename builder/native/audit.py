@@ -23,14 +23,14 @@ import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
-from builder.dispatch import Dispatch, DispatchKind, HostCapabilities, Prediction, predict
 from builder.drift import Drift, DriftKind
-from builder.elf import ElfError, ElfInfo
 from builder.errors import NotObservable
 from builder.hashing import sha256_file
-from builder.kernels import Category, KernelSet, Origin, Platform, classify, origin_of
-from builder.ldcache import LdCache
-from builder.loader import (
+from builder.native.dispatch import Dispatch, DispatchKind, HostCapabilities, Prediction, predict
+from builder.native.elf import ElfError, ElfInfo
+from builder.native.kernels import Category, KernelSet, Origin, Platform, classify, origin_of
+from builder.native.ldcache import LdCache
+from builder.native.loader import (
     Closure,
     FileSystem,
     LoadedObject,
@@ -40,8 +40,8 @@ from builder.loader import (
     dlopen_closure,
     executable_closure,
 )
-from builder.observe.processes import MappedFile, ProcessSnapshot, TreeSnapshot
-from builder.procmaps import FileId
+from builder.native.processes import MappedFile, ProcessSnapshot, TreeSnapshot
+from builder.native.procmaps import FileId
 
 DEFAULT_FORBIDDEN_ENV = ("LD_PRELOAD", "LD_AUDIT")
 
@@ -69,7 +69,7 @@ class AuditPolicy:
     values: Mapping[str, str] = field(default_factory=dict)
     """Placeholder values on this host (real paths), to expand the kernel sets' pins."""
     dispatches: Mapping[str, Dispatch] = field(default_factory=dict)
-    """The kernel sets' run-time choices by the name they choose for (`builder.dispatch`): a
+    """The kernel sets' run-time choices by the name they choose for (`builder.native.dispatch`): a
     declared module with one is expected as the variant `host` selects, and no other."""
     host: HostCapabilities | None = None
     """The facts of the host the tree runs on, for `dispatches`."""

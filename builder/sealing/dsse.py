@@ -26,8 +26,8 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from builder.canonical import canonical_json, parse_canonical
 from builder.errors import BadInput, ReproError
-from builder.keys import SigningKey, TrustedKeys
 from builder.readers import ENVELOPE_LIMIT
+from builder.sealing.keys import SigningKey, TrustedKeys
 
 PAYLOAD_TYPE = "application/vnd.in-toto+json"
 

@@ -2,7 +2,7 @@
 
 The assembly of the live audit: this host's loader configuration and cache, the snapshot of
 the tree, and the policy (allowed roots, declared modules and preloads, roles). The judgement
-itself is `builder.audit.judge`.
+itself is `builder.native.audit.judge`.
 """
 
 from __future__ import annotations
@@ -13,12 +13,12 @@ from pathlib import Path
 
 from rich.progress import Progress, SpinnerColumn, TextColumn
 
-from builder.audit import AuditPolicy, AuditReport, LoaderInputs, judge
-from builder.dispatch import HostCapabilities
-from builder.kernels import KERNELS_DIR, KernelSet, dispatches
-from builder.loaderhost import HostFileSystem, RememberingFileSystem, host_config, read_cache
 from builder.manifest import Manifest
-from builder.observe.processes import HashMemo, TreeSnapshot, snapshot_tree
+from builder.native.audit import AuditPolicy, AuditReport, LoaderInputs, judge
+from builder.native.dispatch import HostCapabilities
+from builder.native.kernels import KERNELS_DIR, KernelSet, dispatches
+from builder.native.loaderhost import HostFileSystem, RememberingFileSystem, host_config, read_cache
+from builder.native.processes import HashMemo, TreeSnapshot, snapshot_tree
 from builder.observe.python import expand_all, path_values
 
 

@@ -30,9 +30,13 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Any
 
-from builder import dsse
-from builder.atomic import fsync_dir, move_into_place
-from builder.bundle import (
+from builder.canonical import canonical_json
+from builder.errors import BadInput, NotObservable
+from builder.hashing import sha256_file
+from builder.readers import EVIDENCE_LIMIT, describe_mode, read_bytes
+from builder.sealing import dsse
+from builder.sealing.atomic import fsync_dir, move_into_place
+from builder.sealing.bundle import (
     ENVELOPE,
     EVIDENCE_DIR,
     KERNEL_SETS_DIR,
@@ -45,12 +49,8 @@ from builder.bundle import (
     path_problem,
     render_sha256sums,
 )
-from builder.canonical import canonical_json
-from builder.errors import BadInput, NotObservable
-from builder.hashing import sha256_file
-from builder.keys import SigningKey
-from builder.readers import EVIDENCE_LIMIT, describe_mode, read_bytes
-from builder.statement import statement_for
+from builder.sealing.keys import SigningKey
+from builder.sealing.statement import statement_for
 
 FILE_MODE = 0o644
 DIR_MODE = 0o755

@@ -19,7 +19,7 @@ import psutil
 
 from builder.errors import NotObservable
 from builder.hashing import sha256_stream
-from builder.procmaps import FileId, Mapping, file_mappings, parse_maps
+from builder.native.procmaps import FileId, Mapping, file_mappings, parse_maps
 
 ELF_MAGIC = b"\x7fELF"
 

@@ -23,8 +23,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from types import MappingProxyType
 
-from builder import dsse
-from builder.bundle import (
+from builder.drift import Drift, DriftKind
+from builder.errors import BadInput, NotObservable, ReproError
+from builder.hashing import sha256_bytes, sha256_file, sha256_files
+from builder.readers import ENVELOPE_LIMIT, SHA256SUMS_LIMIT, describe_mode, read_bytes
+from builder.sealing import dsse
+from builder.sealing.bundle import (
     ENVELOPE,
     MANIFEST,
     REQUIRED_CONTENT,
@@ -35,12 +39,8 @@ from builder.bundle import (
     parse_sha256sums,
     path_problem,
 )
-from builder.drift import Drift, DriftKind
-from builder.errors import BadInput, NotObservable, ReproError
-from builder.hashing import sha256_bytes, sha256_file, sha256_files
-from builder.keys import TrustedKeys
-from builder.readers import ENVELOPE_LIMIT, SHA256SUMS_LIMIT, describe_mode, read_bytes
-from builder.statement import Statement
+from builder.sealing.keys import TrustedKeys
+from builder.sealing.statement import Statement
 
 
 @dataclass(frozen=True)

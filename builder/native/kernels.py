@@ -35,12 +35,12 @@ from pydantic import (
     model_validator,
 )
 
-from builder.dispatch import Dispatch
 from builder.errors import BadInput
 from builder.manifest import PATH_PLACEHOLDERS, LogMarker, expand, placeholders_in
+from builder.native.dispatch import Dispatch
 from builder.readers import KERNEL_SET_LIMIT, NoSuchFile, read_toml
 
-KERNELS_DIR = Path(__file__).resolve().parents[1] / "kernels"
+KERNELS_DIR = Path(__file__).resolve().parents[2] / "kernels"
 
 # A Python extension module: a PEP 3149 or stable-ABI file name inside an installation's
 # package directories, or any module of CPython's own lib-dynload. The same name elsewhere (a
@@ -150,7 +150,7 @@ class KernelSet(_Frozen):
     markers: tuple[LogMarker, ...] = ()
     """Runtime log markers proving a kernel path ran, judged like `[oracle.gates]` markers."""
     dispatch: tuple[Dispatch, ...] = ()
-    """Run-time choices of code by host capability (`builder.dispatch`)."""
+    """Run-time choices of code by host capability (`builder.native.dispatch`)."""
 
     @model_validator(mode="after")
     def _distinct(self) -> Self:

@@ -28,10 +28,10 @@ from dataclasses import dataclass, field, replace
 from enum import StrEnum
 from typing import Protocol
 
-from builder.elf import ElfError, ElfInfo
 from builder.errors import BadInput
-from builder.ldcache import CachePlatform, LdCache
-from builder.procmaps import FileId
+from builder.native.elf import ElfError, ElfInfo
+from builder.native.ldcache import CachePlatform, LdCache
+from builder.native.procmaps import FileId
 
 DF_1_NOOPEN = 0x40
 _PRELOAD_NAME_LIMIT = 1024  # SECURE_PATH_LIMIT in rtld.c
@@ -43,7 +43,7 @@ class FileSystem(Protocol):
     def read_elf(self, path: str) -> ElfInfo | None:
         """The ELF facts of `path`; None when open() would fail with ENOENT, ENOTDIR or EACCES.
 
-        Raises `builder.elf.ElfError` for a file that exists but is not readable ELF.
+        Raises `builder.native.elf.ElfError` for a file that exists but is not readable ELF.
         """
         ...
 

@@ -15,9 +15,9 @@ from typing import Annotated, Literal
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError
 
-from builder.bundle import MANIFEST, is_sha256_hex, path_problem
 from builder.canonical import canonical_json, parse_canonical
 from builder.errors import BadInput
+from builder.sealing.bundle import MANIFEST, is_sha256_hex, path_problem
 
 STATEMENT_TYPE = "https://in-toto.io/Statement/v1"
 PREDICATE_TYPE = "https://slsa.dev/provenance/v1"
