@@ -18,6 +18,9 @@ import pytest
 from conftest import TINY_MANIFEST, TinyServer, TinyServerSpec
 
 from builder.cli import main
+from builder.native.dispatch import predict
+from builder.native.kernels import KernelSet, dispatches
+from builder.observe.host import observe_host
 from launch import server as lifecycle
 
 pytestmark = pytest.mark.server
@@ -52,7 +55,8 @@ def test_every_mapping_of_every_process_is_explained_under_the_manifest(
         assert len(paths) == len(set(paths)), "each file once per process"
     worker = next(p for p in report["processes"] if p["role"] == "worker")
     assert len(worker["objects"]) >= 100
-    c_ext = next(o for o in worker["objects"] if o["path"].endswith("/vllm/_C.abi3.so"))
+    kernels = _selected_kernels().replace(".", "/")
+    c_ext = next(o for o in worker["objects"] if o["path"].endswith(f"/{kernels}.abi3.so"))
     assert c_ext["rule"] == "dlopen"
     libc10 = next(o for o in worker["objects"] if o["path"].endswith("/torch/lib/libc10.so"))
     assert libc10["rule"] == "dependency"
@@ -75,9 +79,12 @@ def test_without_the_manifest_vllms_own_preload_of_libgomp_is_reported(
 def test_a_declared_module_no_process_maps_is_drift(
     tiny_server: TinyServer, capsys: pytest.CaptureFixture[str]
 ) -> None:
+    """`vllm._C` is accepted as the variant the cpu set selects on this host; a module nobody
+    maps is drift."""
     code, report = audit_json(
         capsys,
         "--pid", str(tiny_server.pid),
+        "--kernel-set", "cpu",
         "--module", "vllm._C",
         "--module", "vllm._no_such_kernels",
         "--allow-preload", _libgomp(tiny_server),
@@ -86,6 +93,14 @@ def test_a_declared_module_no_process_maps_is_drift(
     (drift,) = report["drifts"]
     assert drift["kind"] == "not-mapped"
     assert drift["subject"] == "vllm._no_such_kernels"
+
+
+def _selected_kernels() -> str:
+    """The vLLM kernel library the cpu kernel set predicts for this host's CPU."""
+    rule = dispatches([KernelSet.load("cpu")])["vllm._C"][1]
+    variant = predict(rule, observe_host().capabilities()).variant
+    assert variant is not None
+    return variant
 
 
 def test_declared_roles_other_than_the_live_tree_are_drift(
