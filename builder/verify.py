@@ -50,7 +50,7 @@ from builder.sealing import bundle
 from builder.sealing.bundle import KERNEL_SETS_DIR, SUITE_FILE, TEACHER_FILE
 from builder.sealing.integrity import verify_bundle
 from builder.sealing.keys import TrustedKeys
-from launch import metrics
+from launch import metrics, quality
 from launch.evidence import (
     OracleRow,
     Rows,
@@ -68,6 +68,7 @@ from launch.rundir import (
     LOG_FILE,
     METRICS_AFTER,
     METRICS_BEFORE,
+    QUALITY_FILE,
     ROWS_FILE,
     RUN_FILE,
     VERDICTS_FILE,
@@ -192,6 +193,7 @@ def recompute(sealed: OpenedBundle) -> tuple[ClaimCheck, ...]:
         checks.append(_native_check(sealed))
         checks.append(_dispatch_check(sealed))
         checks.append(_gates_check(sealed))
+        checks.append(_quality_check(sealed, rows))
         checks.extend(_observed_checks(sealed))
         checks.extend(_anchored_checks(sealed))
     except (ReproError, OSError, ValueError, KeyError) as error:
@@ -352,6 +354,22 @@ def _gates_check(sealed: OpenedBundle) -> ClaimCheck:
         f"{len(ours) - len(failed)}/{len(ours)} pass or n/a",
         not problems,
         "; ".join(problems),
+    )
+
+
+def _quality_check(sealed: OpenedBundle, rows: tuple[OracleRow, ...]) -> ClaimCheck:
+    """The quality verdicts recomputed from the sealed answers: the same checks, the same
+    outcomes. They report; they never fail the record (they are kept apart from the gates)."""
+    path = sealed.evidence(QUALITY_FILE)
+    recorded = read_document(Verdicts, path, what="the sealed quality verdicts").root
+    ours = quality.assess(sealed.manifest.oracle.quality, rows)
+    shown = ", ".join(f"{v.gate} {v.status.value}" for v in ours) or "none declared"
+    return ClaimCheck(
+        "quality verdicts (recomputed from the answers)",
+        EvidenceClass.SEALED,
+        shown,
+        ours == recorded,
+        "" if ours == recorded else f"sealed {[(v.gate, v.status.value) for v in recorded]}",
     )
 
 
