@@ -57,20 +57,11 @@ from builder.sealing.seal import BundleContent, SealedBundle, check_destination,
 from launch.run import RunPlan, RunRecord, capture_teacher, run_profile
 from launch.rundir import (
     AUDIT_DIR,
-    LOG_FILE,
-    METRICS_AFTER,
-    METRICS_BEFORE,
-    QUALITY_FILE,
-    ROWS_FILE,
-    RUN_FILE,
-    SERVER_FILE,
-    SUMMARY_FILE,
-    TEARDOWN_FILE,
-    VERDICTS_FILE,
+    RUN_EVIDENCE,
+    START_EVIDENCE,
 )
 
 # What of a run directory is evidence: never the server's private HOME and TMPDIR.
-START_EVIDENCE = (LOG_FILE, SERVER_FILE, METRICS_BEFORE, METRICS_AFTER, ROWS_FILE, TEARDOWN_FILE)
 
 Progress = Callable[[str], None]
 
@@ -196,14 +187,7 @@ def evidence_files(run_dir: Path, starts: int) -> dict[str, Path]:
     """The run directory's evidence by its name under evidence/."""
     files = {
         name: run_dir / name
-        for name in (
-            RUN_FILE,
-            VERDICTS_FILE,
-            QUALITY_FILE,
-            SUMMARY_FILE,
-            OBSERVATIONS_FILE,
-            DISPATCH_FILE,
-        )
+        for name in (*RUN_EVIDENCE, OBSERVATIONS_FILE, DISPATCH_FILE)
         if (run_dir / name).is_file()
     }
     for number in range(1, starts + 1):

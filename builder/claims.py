@@ -205,6 +205,8 @@ def dispatch_claims(
                 obj = next((o for v, o in live if v == variant), None)
                 path, sha256 = (obj.path, obj.sha256) if obj else (None, None)
             else:
+                if dispatch.probe and dispatch.name not in probes:
+                    disagreements.append(f"{dispatch.name}: the stack's own answer is missing")
                 variant = probes.get(dispatch.name) or prediction.variant or ""
             if variant != prediction.variant:
                 disagreements.append(
@@ -221,4 +223,6 @@ def dispatch_claims(
                     sha256=sha256,
                 )
             )
+    asked = {d.name for kernel_set in kernel_sets for d in kernel_set.dispatch if d.probe}
+    disagreements += [f"{name}: an answer to no probe" for name in sorted(set(probes) - asked)]
     return DispatchFindings(tuple(claims), tuple(disagreements))

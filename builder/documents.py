@@ -23,7 +23,7 @@ Model = TypeVar("Model", bound=BaseModel)
 def parse_document(model: type[Model], data: bytes, *, where: str, what: str) -> Model:
     """`data` as a `model`, or BadInput naming `what` and every problem by key path."""
     try:
-        return model.model_validate_json(data)
+        return model.model_validate_json(data, strict=True)
     except ValidationError as error:
         problems = [
             f"{'.'.join(str(part) for part in e['loc']) or '(document)'}: {e['msg']}"

@@ -32,7 +32,7 @@ from builder.lock import (
     SourceClaim,
 )
 from builder.manifest import Evidence, Manifest, Suite
-from builder.native.kernels import kernel_set_files
+from builder.native.kernels import KERNELS_DIR, kernel_set_files, runtime_markers
 from builder.readers import EVIDENCE_LIMIT, read_bytes, read_json
 from builder.sealing import bundle
 from builder.sealing.keys import SigningKey
@@ -75,6 +75,8 @@ class ImportedFiles:
     model_files: Path | None
     files: tuple[Path, ...]
     checksums: tuple[Path, ...] = ()
+    kernels: Path = KERNELS_DIR
+    """Where the manifest's kernel sets are read: the repository's, or those a bundle sealed."""
 
     @classmethod
     def of_manifest(cls, manifest: Manifest, evidence: Evidence) -> ImportedFiles:
@@ -102,6 +104,7 @@ class ImportedFiles:
             model_files=root / MODEL_FILES if evidence.model_files else None,
             files=tuple(root / FILES / Path(p).name for p in evidence.files),
             checksums=tuple(root / FILES / Path(p).name for p in evidence.checksums),
+            kernels=path / bundle.KERNEL_SETS_DIR,
         )
 
     def sealed_names(self) -> dict[str, Path]:
@@ -157,12 +160,18 @@ def conventional_rate(manifest: Manifest, record: Record) -> float | None:
     return None if gate is None else measure(record.bench.rows, gate.tokens).conventional_median
 
 
-def record_claim(manifest: Manifest, record: Record) -> RecordClaim:
-    """Every number the record's files let repro recompute, and its gates' verdicts."""
+def record_verdicts(manifest: Manifest, record: Record, kernels: Path) -> tuple[Verdict, ...]:
+    """The manifest's gates and its kernel sets' runtime markers over the record."""
     evidence = record.run_evidence(sealed_tok_s=conventional_rate(manifest, record))
+    markers = runtime_markers(manifest.native.kernel_sets, kernels)
+    return gates.judge(manifest.oracle.gates, evidence, kernel_markers=markers)
+
+
+def record_claim(manifest: Manifest, record: Record, kernels: Path) -> RecordClaim:
+    """Every number the record's files let repro recompute, and its gates' verdicts."""
     lines = gates.log_lines(record.server_log)
     metrics = record.metrics
-    verdicts = gates.judge(manifest.oracle.gates, evidence)
+    verdicts = record_verdicts(manifest, record, kernels)
     rows = record.bench.rows
     teacher = {row.prompt_id: row for row in record.teacher.rows}
     return RecordClaim(
@@ -270,7 +279,7 @@ def assemble_lock(
             env=manifest.launch.env_for(teacher_profile),
         ),
         oracle=oracle,
-        record=record_claim(manifest, record),
+        record=record_claim(manifest, record, files.kernels),
     )
 
 
@@ -303,6 +312,7 @@ def checksum_drifts(evidence: Evidence, files: ImportedFiles) -> tuple[int, list
     checked, and a drift for each entry whose file is not sealed or holds other bytes. A path
     in a list is relative to the list's directory, as `sha256sum -c` run there reads it."""
     checked, drifts = 0, []
+    named: set[Path] = set()
     for listed, path in zip(evidence.checksums, files.checksums, strict=True):
         base = posixpath.dirname(posixpath.normpath(listed))
         name = Path(listed).name
@@ -319,8 +329,16 @@ def checksum_drifts(evidence: Evidence, files: ImportedFiles) -> tuple[int, list
                 continue
             found = sha256_file(target) if target.is_file() else "missing"
             checked += 1
+            named.add(target)
             if found != digest:
                 drifts.append(_checksum_drift(f"{where} {entry}", digest, found))
+    if evidence.checksums:
+        # The lists cover the run directory whole: a file of it no list names is unchecked.
+        unlisted = sorted(p for p in files.run.rglob("*") if p.is_file() and p not in named)
+        drifts += [
+            _checksum_drift(str(p.relative_to(files.run)), "named by a checksum list", "unlisted")
+            for p in unlisted
+        ]
     return checked, drifts
 
 
@@ -339,8 +357,7 @@ def judge_record(manifest: Manifest) -> tuple[ImportedFiles, Record, tuple[Verdi
     assert manifest.evidence is not None, "only a manifest with [evidence] imports a record"
     files = ImportedFiles.of_manifest(manifest, manifest.evidence)
     record = load_record(files)
-    evidence = record.run_evidence(sealed_tok_s=conventional_rate(manifest, record))
-    return files, record, gates.judge(manifest.oracle.gates, evidence)
+    return files, record, record_verdicts(manifest, record, files.kernels)
 
 
 def seal_record(
@@ -414,8 +431,8 @@ def recompute(path: Path, manifest: Manifest, lock: Lock) -> list[ClaimCheck]:
     files = ImportedFiles.in_bundle(path, manifest.evidence)
     record = load_record(files)
     sealed = EvidenceClass.SEALED
-    checks = [*_oracle_checks(path, manifest, lock, record)]
-    claim = record_claim(manifest, record)
+    checks = [_content_check(path, manifest, files), *_oracle_checks(path, manifest, lock, record)]
+    claim = record_claim(manifest, record, files.kernels)
     checks.extend(_record_checks(claim, lock.record))
     if files.model_files is not None:
         listing = _text(files.model_files, "the release-file listing")
@@ -471,6 +488,35 @@ def _lock_check(
         f"{len(Lock.model_fields) - len(sections)}/{len(Lock.model_fields)} sections equal",
         not sections,
         "differs: " + ", ".join(sections) if sections else "",
+    )
+
+
+def _content_check(path: Path, manifest: Manifest, files: ImportedFiles) -> ClaimCheck:
+    """The bundle holds the suite, the teacher, the manifest's kernel sets and the record's
+    files as the manifest names them, and nothing else."""
+    oracle = {
+        f"{bundle.ORACLE_DIR}/{bundle.SUITE_FILE}",
+        f"{bundle.ORACLE_DIR}/{bundle.TEACHER_FILE}",
+    }
+    kernels = {f"{bundle.KERNEL_SETS_DIR}/{n}.toml" for n in manifest.native.kernel_sets}
+    found = {
+        p.relative_to(path).as_posix()
+        for directory in (bundle.ORACLE_DIR, bundle.KERNEL_SETS_DIR, bundle.EVIDENCE_DIR)
+        for p in (path / directory).rglob("*")
+        if not p.is_dir()
+    }
+    named = {f"{bundle.EVIDENCE_DIR}/{name}" for name in files.sealed_names() if name != RUN}
+    run = f"{bundle.EVIDENCE_DIR}/{RUN}/"
+    extra = sorted(p for p in found - oracle - kernels - named if not p.startswith(run))
+    missing = sorted((oracle | kernels | named) - found)
+    problems = [f"missing {', '.join(missing)}"] if missing else []
+    problems += [f"named by no [evidence] entry: {', '.join(extra)}"] if extra else []
+    return ClaimCheck(
+        "content = the record's files as the manifest names them",
+        EvidenceClass.SEALED,
+        f"{len(found)} files",
+        not problems,
+        "; ".join(problems)[:600],
     )
 
 

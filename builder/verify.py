@@ -59,9 +59,8 @@ from launch.evidence import (
     Teacher,
     Verdict,
     Verdicts,
-    VerdictStatus,
 )
-from launch.gates import LIVE_AUDIT_GATE, judge_run
+from launch.gates import audit_verdict, judge_run
 from launch.rundir import (
     AUDIT_DIR,
     DRIFTS_FILE,
@@ -72,7 +71,9 @@ from launch.rundir import (
     ROWS_FILE,
     RUN_FILE,
     VERDICTS_FILE,
+    evidence_names,
 )
+from launch.spec import RUN_PRIVATE_ENV
 
 
 @dataclass(frozen=True)
@@ -165,17 +166,41 @@ class OpenedBundle:
         path = self.evidence(RUN_FILE)
         return read_document(RunDocument, path, what="the run record")
 
-    def audit(self, start: int) -> tuple[list[ProcessEvidence], tuple[Drift, ...]]:
-        """Every process the sealed live audit of `start` saw, and its drifts."""
+    def audit(self, start: int) -> SealedAudit:
+        """The sealed live audit of `start`: one document per role, which must agree on the
+        tree (its root, its distinct ELF files, its drifts) and with `drifts.json`."""
         directory = self.evidence(f"start-{start}/{AUDIT_DIR}")
-        processes: list[ProcessEvidence] = []
-        for role_file in sorted(directory.glob("*.json")):
-            if role_file.name != DRIFTS_FILE:
-                document = read_document(AuditDocument, role_file, what="sealed audit evidence")
-                processes.extend(document.processes)
-        drifts = directory / DRIFTS_FILE
-        found = read_document(AuditDrifts, drifts, what="the audit's drifts")
-        return processes, found.root
+        path = directory / DRIFTS_FILE
+        drifts = read_document(AuditDrifts, path, what="the audit's drifts").root
+        documents = [
+            read_document(AuditDocument, role_file, what="sealed audit evidence")
+            for role_file in sorted(directory.glob("*.json"))
+            if role_file.name != DRIFTS_FILE
+        ]
+        trees = {(d.root_pid, d.files, d.passed, d.drifts) for d in documents}
+        if len(trees) != 1 or next(iter(trees))[3] != drifts:
+            raise BadInput(
+                "the sealed audit's documents disagree about the tree they audited",
+                where=str(directory),
+                expected=f"one root, file count and drift list, equal to {DRIFTS_FILE}",
+                found=f"{len(documents)} role documents, {len(trees)} different trees",
+            )
+        if any(
+            {p.role for p in d.processes} != {d.processes[0].role} for d in documents if d.processes
+        ):
+            raise BadInput(
+                "a role's audit document holds processes of another role", where=str(directory)
+            )
+        processes = [process for document in documents for process in document.processes]
+        return SealedAudit(tuple(processes), documents[0].files, drifts)
+
+
+@dataclass(frozen=True)
+class SealedAudit:
+    processes: tuple[ProcessEvidence, ...]
+    files: int
+    """Distinct ELF files the tree mapped."""
+    drifts: tuple[Drift, ...]
 
 
 # --- claims recomputed from the sealed evidence ------------------------------------------------
@@ -187,6 +212,7 @@ def recompute(sealed: OpenedBundle) -> tuple[ClaimCheck, ...]:
         if sealed.lock.record is not None:
             checks.extend(imported.recompute(sealed.path, sealed.manifest, sealed.lock))
             return tuple(checks)
+        checks.append(_content_check(sealed))
         rows = _rows(sealed, 1)
         checks.extend(_oracle_checks(sealed, rows))
         checks.extend(_fresh_start_checks(sealed, rows))
@@ -200,6 +226,35 @@ def recompute(sealed: OpenedBundle) -> tuple[ClaimCheck, ...]:
         detail = error.diagnostics() if isinstance(error, ReproError) else repr(error)
         checks.append(ClaimCheck("evidence", EvidenceClass.SEALED, "unreadable", False, detail))
     return tuple(checks)
+
+
+def _content_check(sealed: OpenedBundle) -> ClaimCheck:
+    """The bundle holds exactly what its manifest's run seals: the suite and the teacher, the
+    kernel sets the manifest names, and every evidence file of each fresh start, no fewer (a
+    teardown record or a start's audit removed) and no more (a file nothing reads)."""
+    manifest = sealed.manifest
+    roles = manifest.launch.processes
+    expected = {f"{bundle.ORACLE_DIR}/{SUITE_FILE}", f"{bundle.ORACLE_DIR}/{TEACHER_FILE}"}
+    expected |= {f"{bundle.KERNEL_SETS_DIR}/{name}.toml" for name in manifest.native.kernel_sets}
+    evidence = evidence_names(manifest.oracle.gates.fresh_starts, roles)
+    evidence |= {OBSERVATIONS_FILE, DISPATCH_FILE}
+    expected |= {f"{bundle.EVIDENCE_DIR}/{name}" for name in evidence}
+    found = {
+        path.relative_to(sealed.path).as_posix()
+        for directory in (bundle.ORACLE_DIR, bundle.KERNEL_SETS_DIR, bundle.EVIDENCE_DIR)
+        for path in (sealed.path / directory).rglob("*")
+        if not path.is_dir()
+    }
+    missing, extra = sorted(expected - found), sorted(found - expected)
+    problems = [f"missing {', '.join(missing)}"] if missing else []
+    problems += [f"not part of a run: {', '.join(extra)}"] if extra else []
+    return ClaimCheck(
+        "content = what the manifest's run seals",
+        EvidenceClass.SEALED,
+        f"{len(found)} files",
+        not problems,
+        "; ".join(problems)[:600],
+    )
 
 
 def _manifest_check(sealed: OpenedBundle) -> ClaimCheck:
@@ -274,9 +329,10 @@ def _fresh_start_checks(sealed: OpenedBundle, first: tuple[OracleRow, ...]) -> l
 
 def _native_check(sealed: OpenedBundle) -> ClaimCheck:
     values = sealed.observations().values
-    processes, audit_drifts = sealed.audit(1)
-    roles = roles_claim(processes, values)
-    environments = environments_claim(processes, values)
+    audit = sealed.audit(1)
+    audit_drifts = audit.drifts
+    roles = roles_claim(audit.processes, values)
+    environments = environments_claim(audit.processes, values)
     lock = sealed.lock.native
     count = sum(len(objects) for objects in lock.roles.values())
     same = roles == lock.roles and environments == lock.environments
@@ -339,9 +395,7 @@ def _gates_check(sealed: OpenedBundle) -> ClaimCheck:
         )
     else:
         for mine, theirs in zip(ours, sealed_verdicts, strict=True):
-            audit = mine.gate.startswith(f"{LIVE_AUDIT_GATE}:")
-            same = mine.status == theirs.status if audit else mine == theirs
-            if not same:
+            if mine != theirs:
                 problems.append(
                     f"{mine.gate}: recomputed {mine.status.value} ({mine.summary}), "
                     f"sealed {theirs.status.value} ({theirs.summary})"
@@ -399,19 +453,12 @@ def recompute_verdicts(sealed: OpenedBundle) -> tuple[Verdict, ...]:
     )
     markers = tuple(marker for kernel_set in sealed.kernel_sets() for marker in kernel_set.markers)
     verdicts = judge_run(manifest.oracle.gates, evidence, kernel_markers=markers)
-    audits = tuple(
-        Verdict(
-            gate=f"{LIVE_AUDIT_GATE}:start-{start}",
-            status=VerdictStatus.PASS if _audit_clean(sealed, start) else VerdictStatus.FAIL,
-            summary="recomputed from the sealed audit's drifts",
-        )
-        for start in range(1, starts + 1)
-    )
+    audits = []
+    for start in range(1, starts + 1):
+        audit = sealed.audit(start)
+        roles = [process.role for process in audit.processes]
+        audits.append(audit_verdict(start, roles, audit.files, audit.drifts))
     return (*verdicts, *audits)
-
-
-def _audit_clean(sealed: OpenedBundle, start: int) -> bool:
-    return not sealed.audit(start)[1]
 
 
 def _text(path: Path) -> str | None:
@@ -532,6 +579,18 @@ def _anchored_checks(sealed: OpenedBundle) -> list[ClaimCheck]:
             manifest.native.kernel_sets,
         ),
         ("lock.oracle.suite = oracle/suite.json", lock.oracle.suite, sealed.suite.name),
+        (
+            "run.json argv = the lock's, expanded on the observed host",
+            run.argv,
+            tuple(
+                expand(arg, {**observed.values, "port": str(run.port)}) for arg in lock.launch.argv
+            ),
+        ),
+        (
+            "run.json environment = the lock's, expanded on the observed host",
+            {k: v for k, v in run.env.items() if k not in RUN_PRIVATE_ENV},
+            {k: expand(v, observed.values) for k, v in lock.launch.env.items()},
+        ),
         (
             "lock.native.modules = the sealed audit",
             lock.native.modules,

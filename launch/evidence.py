@@ -144,10 +144,10 @@ class RunDocument(_Record):
 class Verdicts(RootModel[tuple[Verdict, ...]]):
     """`verdicts.json`: every gate verdict of a run, in the order it judged them."""
 
-    model_config = ConfigDict(frozen=True)
+    model_config = ConfigDict(frozen=True, strict=True)
 
 
 class Rows(RootModel[tuple[OracleRow, ...]]):
     """`start-N/rows.json`: the suite's rows of one start, in prompt order."""
 
-    model_config = ConfigDict(frozen=True)
+    model_config = ConfigDict(frozen=True, strict=True)

@@ -18,6 +18,7 @@ from collections import Counter
 from collections.abc import Iterable, Sequence
 from typing import Final
 
+from builder.drift import Drift
 from builder.errors import BadInput
 from builder.manifest import (
     FreshStartThroughputGate,
@@ -637,6 +638,20 @@ def judge_run(
     if evidence.teacher is None:
         verdicts = tuple(_capturing(verdict) for verdict in verdicts)
     return verdicts
+
+
+def audit_verdict(start: int, roles: Sequence[str], files: int, drifts: Sequence[Drift]) -> Verdict:
+    """The verdict of one start's live audit: its processes by role, the distinct ELF files
+    they map, and every drift it found (a run and `repro verify` alike)."""
+    gate = f"{LIVE_AUDIT_GATE}:start-{start}"
+    details: dict[str, object] = {"drifts": [d.model_dump(mode="json") for d in drifts]}
+    if not drifts:
+        shown = sorted(roles)
+        summary = f"{len(shown)} processes ({', '.join(shown)}), {files} ELF files, no drift"
+        return Verdict(gate=gate, status=VerdictStatus.PASS, summary=summary, details=details)
+    first = drifts[0]
+    summary = f"{len(drifts)} drift(s); first: {first.kind.value} {first.subject}"
+    return Verdict(gate=gate, status=VerdictStatus.FAIL, summary=summary, details=details)
 
 
 def _capturing(verdict: Verdict) -> Verdict:

@@ -392,18 +392,12 @@ def judge(plan: RunPlan, starts: tuple[StartRecord, ...]) -> tuple[Verdict, ...]
 
 def _audit_verdict(start: StartRecord) -> Verdict:
     report = start.audit
-    gate = f"{gates.LIVE_AUDIT_GATE}:start-{start.start}"
     if report is None:
+        gate = f"{gates.LIVE_AUDIT_GATE}:start-{start.start}"
         return Verdict(gate=gate, status=VerdictStatus.FAIL, summary="no live audit")
     files = len([f for f in report.files if f.is_elf])
-    roles = sorted(process.role for process in report.processes)
-    details: dict[str, object] = {"drifts": [d.model_dump(mode="json") for d in report.drifts]}
-    if report.passed:
-        summary = f"{len(roles)} processes ({', '.join(roles)}), {files} ELF files, no drift"
-        return Verdict(gate=gate, status=VerdictStatus.PASS, summary=summary, details=details)
-    first = report.drifts[0]
-    summary = f"{len(report.drifts)} drift(s); first: {first.kind.value} {first.subject}"
-    return Verdict(gate=gate, status=VerdictStatus.FAIL, summary=summary, details=details)
+    roles = [process.role for process in report.processes]
+    return gates.audit_verdict(start.start, roles, files, report.drifts)
 
 
 def _finish(

@@ -33,7 +33,7 @@ from __future__ import annotations
 import json
 import os
 import tempfile
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from enum import StrEnum
 from pathlib import Path
 from typing import Any, Final
@@ -55,6 +55,26 @@ METRICS_BEFORE: Final = "metrics-before.prom"
 METRICS_AFTER: Final = "metrics-after.prom"
 ROWS_FILE: Final = "rows.json"
 TEARDOWN_FILE: Final = "teardown.json"
+
+RUN_EVIDENCE: Final = (RUN_FILE, VERDICTS_FILE, QUALITY_FILE, SUMMARY_FILE)
+"""What of a run directory's top level is evidence."""
+START_EVIDENCE: Final = (
+    LOG_FILE, SERVER_FILE, METRICS_BEFORE, METRICS_AFTER, ROWS_FILE, TEARDOWN_FILE,
+)  # fmt: skip
+"""What of each start's directory is evidence (beside its audit/): never the server's private
+HOME and TMPDIR."""
+
+
+def evidence_names(starts: int, roles: Iterable[str]) -> set[str]:
+    """Every evidence file of a complete run of `starts` fresh starts whose trees held
+    `roles`, by its path in the run directory (a bundle seals them under evidence/)."""
+    names = set(RUN_EVIDENCE)
+    for number in range(1, starts + 1):
+        start = f"start-{number}"
+        names |= {f"{start}/{name}" for name in START_EVIDENCE}
+        names |= {f"{start}/{AUDIT_DIR}/{role}.json" for role in roles}
+        names.add(f"{start}/{AUDIT_DIR}/{DRIFTS_FILE}")
+    return names
 
 
 class RunStatus(StrEnum):

@@ -11,11 +11,15 @@ from __future__ import annotations
 import tempfile
 from collections.abc import Mapping
 from pathlib import Path
+from typing import Final
 
 from builder.manifest import Manifest, expand
 from builder.observe.python import path_values
 from launch.rundir import LOG_FILE
 from launch.server import ServerSpec
+
+RUN_PRIVATE_ENV: Final = frozenset({"PATH", "HOME", "TMPDIR"})
+"""What a start's environment holds of its own beside the manifest's variables."""
 
 
 def server_spec(

@@ -91,7 +91,7 @@ class AuditDocument(_Document):
 class AuditDrifts(RootModel[tuple[Drift, ...]]):
     """`start-N/audit/drifts.json`: every drift the live audit of one start found."""
 
-    model_config = ConfigDict(frozen=True)
+    model_config = ConfigDict(frozen=True, strict=True)
 
 
 def report_document(report: AuditReport) -> dict[str, object]:

@@ -27,7 +27,7 @@ DISPATCH_FILE: Final = "dispatch.json"
 class Probes(RootModel[dict[str, str]]):
     """Dispatch name → the variant the stack reported choosing (`probe_code_paths`)."""
 
-    model_config = ConfigDict(frozen=True)
+    model_config = ConfigDict(frozen=True, strict=True)
 
 
 def probe_code_paths(
