@@ -10,6 +10,7 @@ host facts faked.
 from __future__ import annotations
 
 import dataclasses
+import json
 import shutil
 import subprocess
 import sys
@@ -208,3 +209,25 @@ def test_the_audit_refuses_a_variant_its_host_does_not_select(
     assert [kind for kind, _ in drifts] == ["not-mapped", "dispatch"]
     assert drifts[0][1].startswith(f"fakepkg.{expected} mapped by a process of the tree")
     assert drifts[1][1].endswith("| fakepkg._C_AVX2 mapped")
+
+
+# --- a real AVX-512 host's own answers -------------------------------------------------------
+
+H200_HOST = Path(__file__).resolve().parent / "evidence" / "h200" / "dispatch.json"
+
+
+def test_the_rules_predict_what_torch_chose_on_a_real_avx512_bf16_host() -> None:
+    """`tests/evidence/h200/dispatch.json` was captured on an Intel Xeon with AVX-512, AVX512-BF16
+    and AMX: its /proc/cpuinfo flags and torch's own answers there (the ATen capability, and the
+    two checks vLLM's CPU platform makes before importing a kernel library). The rules, given
+    those flags, must say the same: vLLM would import `vllm._C`, ATen runs its AVX512 path."""
+    captured = json.loads(H200_HOST.read_text())
+    host = HostCapabilities(captured["arch"], frozenset(captured["cpu_flags"]))
+    assert (
+        captured["torch_cpu_is_avx512_supported"] and captured["torch_cpu_is_avx512_bf16_supported"]
+    )
+    assert predict(cpu_rule("vllm._C"), host).variant == "vllm._C"
+    assert (
+        predict(cpu_rule("torch.aten_cpu_capability"), host).variant
+        == (captured["aten_cpu_capability"])
+    )
