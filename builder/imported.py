@@ -10,13 +10,14 @@ recomputes from them is `sealed` and every claim it can only repeat is `declared
 from __future__ import annotations
 
 import posixpath
-from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+
+from pydantic import BaseModel, ConfigDict, JsonValue
 
 from builder.canonical import canonical_json
 from builder.claims import ClaimCheck, bundle_claim, oracle_claim
+from builder.documents import parse_document
 from builder.drift import Drift, DriftKind
 from builder.errors import BadInput
 from builder.hashing import sha256_bytes, sha256_file
@@ -33,7 +34,7 @@ from builder.lock import (
 )
 from builder.manifest import Evidence, Manifest, Suite
 from builder.native.kernels import KERNELS_DIR, kernel_set_files, runtime_markers
-from builder.readers import EVIDENCE_LIMIT, read_bytes, read_json
+from builder.readers import EVIDENCE_LIMIT, read_bytes
 from builder.sealing import bundle
 from builder.sealing.keys import SigningKey
 from builder.sealing.seal import BundleContent, SealedBundle, seal
@@ -226,7 +227,6 @@ def assemble_lock(
     manifest_sha256: str,
 ) -> Lock:
     identity = _identity(files.identity)
-    toolchain: Mapping[str, Any] = identity.get("toolchain", {})
     declared = EvidenceClass.DECLARED
     teacher_profile = manifest.oracle.teacher
     oracle = oracle_claim(manifest, suite, record.bench.rows, suite_sha256, teacher_sha256)
@@ -234,7 +234,7 @@ def assemble_lock(
         bundle=bundle_claim(manifest, manifest_source, manifest_sha256=manifest_sha256),
         host=HostClaim(
             evidence=declared,
-            facts=identity.get("host", {}),
+            facts=dict(identity.host),
             enforced=manifest.host.model_dump(mode="json", exclude_defaults=True),
         ),
         models=tuple(
@@ -261,15 +261,13 @@ def assemble_lock(
         ),
         python=PythonClaim(
             evidence=declared,
-            interpreter=str(toolchain.get("python", manifest.python.interpreter)),
+            interpreter=identity.toolchain.python or manifest.python.interpreter,
             packages={name: p.pinned for name, p in manifest.python.packages.items()},
         ),
         native=NativeClaim(
             evidence=declared,
             kernel_sets=manifest.native.kernel_sets,
-            modules={
-                str(m["module"]): str(m.get("path", "")) for m in identity.get("native_modules", ())
-            },
+            modules={m.module: m.path for m in identity.native_modules},
             roles={},
         ),
         launch=LaunchClaim(
@@ -412,13 +410,36 @@ def _text(path: Path, what: str) -> str:
     return read_bytes(path, limit=EVIDENCE_LIMIT, what=what).decode("utf-8", errors="replace")
 
 
-def _identity(path: Path | None) -> Mapping[str, Any]:
+class _Foreign(BaseModel):
+    """A part of someone else's format: read for what repro repeats, the rest ignored here and
+    sealed verbatim."""
+
+    model_config = ConfigDict(frozen=True, extra="ignore")
+
+
+class IdentityModule(_Foreign):
+    module: str
+    path: str = ""
+
+
+class IdentityToolchain(_Foreign):
+    python: str | None = None
+
+
+class Identity(_Foreign):
+    """The producer's own declaration of its stack (their runtime lock), as far as a lock
+    repeats it: host facts, the interpreter, the native modules. Declared, never checked."""
+
+    host: dict[str, JsonValue] = {}
+    toolchain: IdentityToolchain = IdentityToolchain()
+    native_modules: tuple[IdentityModule, ...] = ()
+
+
+def _identity(path: Path | None) -> Identity:
     if path is None:
-        return {}
-    document = read_json(path, limit=EVIDENCE_LIMIT, what="the identity file")
-    if not isinstance(document, Mapping):
-        raise BadInput("the identity file is not a JSON object", where=str(path))
-    return document
+        return Identity()
+    data = read_bytes(path, limit=EVIDENCE_LIMIT, what="the identity file")
+    return parse_document(Identity, data, where=str(path), what="the identity file")
 
 
 # --- recomputed by repro verify ---------------------------------------------------------------

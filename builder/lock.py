@@ -13,10 +13,10 @@ from __future__ import annotations
 from enum import StrEnum
 from typing import Any, Final, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field
 
 from builder.canonical import parse_canonical
-from builder.errors import BadInput
+from builder.documents import validate_document
 
 LOCK_SCHEMA: Final = "repro.lock/v1"
 
@@ -201,13 +201,10 @@ class Lock(_Frozen):
     @classmethod
     def from_bytes(cls, data: bytes, *, where: str) -> Lock:
         document = parse_canonical(data, where=where)
-        try:
-            return cls.model_validate(document)
-        except ValidationError as error:
-            first = error.errors()[0]
-            raise BadInput(
-                "the lock does not follow repro.lock/v1",
-                where=f"{where}: {'.'.join(str(p) for p in first['loc'])}",
-                expected=first["msg"],
-                found=repr(first.get("input"))[:200],
-            ) from error
+        return validate_document(
+            cls,
+            document,
+            where=where,
+            what="the lock",
+            refusal="the lock does not follow repro.lock/v1",
+        )

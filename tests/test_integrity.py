@@ -324,7 +324,7 @@ def test_a_signed_statement_with_a_path_escaping_the_bundle_is_refused(bundle: P
     assert (finding.kind, finding.subject) == (DriftKind.STATEMENT, ENVELOPE)
     assert finding.observed == (
         "subject.0.name: Value error, not a path inside a bundle: "
-        "a '..' part, which escapes the bundle"
+        "a '..' part, which escapes the bundle (found '../outside')"
     )
 
 

@@ -276,8 +276,8 @@ def test_a_kernel_path_not_in_placeholder_form_is_refused(
     (tmp_path / "laguna-b70.toml").write_text(text, "utf-8")
     with pytest.raises(BadInput) as refused:
         KernelSet.load("laguna-b70", tmp_path)
-    assert (refused.value.what, refused.value.where, refused.value.expected) == (
+    assert (refused.value.what, refused.value.where) == (
         "malformed kernel set",
-        f"{tmp_path / 'laguna-b70.toml'}: modules.0.path",
-        f"Value error, {found}: {path!r}",
+        str(tmp_path / "laguna-b70.toml"),
     )
+    assert (refused.value.found or "").startswith(f"modules.0.path: Value error, {found}: {path!r}")

@@ -31,10 +31,10 @@ from pydantic import (
     ConfigDict,
     Field,
     StringConstraints,
-    ValidationError,
     model_validator,
 )
 
+from builder.documents import validate_document
 from builder.errors import BadInput
 from builder.manifest import PATH_PLACEHOLDERS, LogMarker, expand, placeholders_in
 from builder.native.dispatch import Dispatch
@@ -185,16 +185,9 @@ class KernelSet(_Frozen):
                 "no such kernel set", where=str(path), expected=f"one of {known}", found=error.found
             ) from error
         document["schema_"] = document.pop("schema", None)
-        try:
-            kernel_set = cls.model_validate(document)
-        except ValidationError as error:
-            first = error.errors()[0]
-            raise BadInput(
-                "malformed kernel set",
-                where=f"{path}: {'.'.join(str(p) for p in first['loc'])}",
-                expected=first["msg"],
-                found=repr(first.get("input")),
-            ) from error
+        kernel_set = validate_document(
+            cls, document, where=str(path), what="the kernel set", refusal="malformed kernel set"
+        )
         if kernel_set.name != name:
             raise BadInput(
                 "a kernel set's name differs from its file name",

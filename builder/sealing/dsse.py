@@ -22,9 +22,10 @@ import base64
 import binascii
 from dataclasses import dataclass
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field
 
 from builder.canonical import canonical_json, parse_canonical
+from builder.documents import validate_document
 from builder.errors import BadInput, ReproError
 from builder.readers import ENVELOPE_LIMIT
 from builder.sealing.keys import SigningKey, TrustedKeys
@@ -86,14 +87,10 @@ class Envelope(_Frozen):
                 expected=f"at most {ENVELOPE_LIMIT} bytes",
                 found=f"{len(data)} bytes",
             )
-        try:
-            return cls.model_validate(parse_canonical(data, where=where))
-        except ValidationError as error:
-            problem = error.errors()[0]
-            location = ".".join(str(part) for part in problem["loc"]) or "the document"
-            raise BadInput(
-                "not a DSSE envelope", where=where, found=f"{location}: {problem['msg']}"
-            ) from error
+        document = parse_canonical(data, where=where)
+        return validate_document(
+            cls, document, where=where, what="the envelope", refusal="not a DSSE envelope"
+        )
 
     def to_json(self) -> bytes:
         return canonical_json(self.model_dump(mode="json", by_alias=True))

@@ -13,9 +13,10 @@ from collections.abc import Mapping
 from importlib.metadata import version
 from typing import Annotated, Literal
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field
 
 from builder.canonical import canonical_json, parse_canonical
+from builder.documents import validate_document
 from builder.errors import BadInput
 from builder.sealing.bundle import MANIFEST, is_sha256_hex, path_problem
 
@@ -94,14 +95,13 @@ class Statement(_Frozen):
 
     @classmethod
     def from_json(cls, data: bytes, *, where: str) -> Statement:
-        try:
-            statement = cls.model_validate(parse_canonical(data, where=where))
-        except ValidationError as error:
-            problem = error.errors()[0]
-            location = ".".join(str(part) for part in problem["loc"]) or "the document"
-            raise BadInput(
-                "not a repro statement", where=where, found=f"{location}: {problem['msg']}"
-            ) from error
+        statement = validate_document(
+            cls,
+            parse_canonical(data, where=where),
+            where=where,
+            what="the statement",
+            refusal="not a repro statement",
+        )
         names = [subject.name for subject in statement.subject]
         if names != sorted(set(names)):
             raise BadInput(
