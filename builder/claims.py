@@ -207,7 +207,8 @@ def dispatch_claims(
             else:
                 if dispatch.probe and dispatch.name not in probes:
                     disagreements.append(f"{dispatch.name}: the stack's own answer is missing")
-                variant = probes.get(dispatch.name) or prediction.variant or ""
+                answered = dispatch.name in probes
+                variant = probes[dispatch.name] if answered else (prediction.variant or "")
             if variant != prediction.variant:
                 disagreements.append(
                     f"{dispatch.name}: the stack chose {variant}, kernel set {kernel_set.name} "

@@ -15,8 +15,9 @@ from typing import Any, Final, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from builder.canonical import parse_canonical
+from builder.canonical import canonical_json, parse_canonical
 from builder.documents import validate_document
+from builder.errors import BadInput
 
 LOCK_SCHEMA: Final = "repro.lock/v1"
 
@@ -200,11 +201,25 @@ class Lock(_Frozen):
 
     @classmethod
     def from_bytes(cls, data: bytes, *, where: str) -> Lock:
+        """A lock in its one form: canonical JSON of exactly what the model writes, so two
+        different byte strings never carry the same lock (a key left at its default omitted,
+        say, is refused rather than read as the same claim)."""
         document = parse_canonical(data, where=where)
-        return validate_document(
+        lock = validate_document(
             cls,
             document,
             where=where,
             what="the lock",
             refusal="the lock does not follow repro.lock/v1",
         )
+        if lock.to_bytes() != data:
+            raise BadInput(
+                "the lock is not in its one form",
+                where=where,
+                expected="canonical JSON of every field of repro.lock/v1, as repro writes it",
+                found="other bytes for the same values (a field omitted or added at its default)",
+            )
+        return lock
+
+    def to_bytes(self) -> bytes:
+        return canonical_json(self.model_dump(mode="json", by_alias=True))
