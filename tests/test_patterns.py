@@ -188,8 +188,8 @@ def test_a_kernel_sets_marker_with_a_lookahead_is_refused_at_load(tmp_path: Path
     )
     with pytest.raises(BadInput) as caught:
         KernelSet.load("attacker", tmp_path)
-    assert caught.value.where == f"{tmp_path / 'attacker.toml'}: markers.0.pattern"
-    assert caught.value.expected == "invalid regular expression"
+    assert caught.value.where == str(tmp_path / "attacker.toml")
+    assert (caught.value.found or "").startswith("markers.0.pattern: invalid regular expression")
 
 
 def test_a_refused_pattern_is_not_printed_by_re2_itself(capfd: pytest.CaptureFixture[str]) -> None:
