@@ -43,6 +43,20 @@ class ClaimCheck:
     detail: str = ""
 
 
+def content_check(
+    claim: str, found: set[str], expected: set[str], *, free: str | None = None
+) -> ClaimCheck:
+    """A bundle's content (`bundle.content_files`) against what its flow seals: nothing
+    missing, nothing beside it (under `free`, any file may be, e.g. a record's run directory)."""
+    missing = sorted(expected - found)
+    extra = sorted(p for p in found - expected if free is None or not p.startswith(free))
+    problems = [f"missing {', '.join(missing)}"] if missing else []
+    problems += [f"sealed but part of nothing: {', '.join(extra)}"] if extra else []
+    return ClaimCheck(
+        claim, EvidenceClass.SEALED, f"{len(found)} files", not problems, "; ".join(problems)[:600]
+    )
+
+
 def bundle_claim(
     manifest: Manifest, manifest_source: str, *, manifest_sha256: str | None = None
 ) -> BundleClaim:

@@ -16,7 +16,7 @@ from pathlib import Path
 from pydantic import BaseModel, ConfigDict, JsonValue
 
 from builder.canonical import canonical_json
-from builder.claims import ClaimCheck, bundle_claim, oracle_claim
+from builder.claims import ClaimCheck, bundle_claim, content_check, oracle_claim
 from builder.documents import parse_document
 from builder.drift import Drift, DriftKind
 from builder.errors import BadInput
@@ -515,29 +515,12 @@ def _lock_check(
 def _content_check(path: Path, manifest: Manifest, files: ImportedFiles) -> ClaimCheck:
     """The bundle holds the suite, the teacher, the manifest's kernel sets and the record's
     files as the manifest names them, and nothing else."""
-    oracle = {
-        f"{bundle.ORACLE_DIR}/{bundle.SUITE_FILE}",
-        f"{bundle.ORACLE_DIR}/{bundle.TEACHER_FILE}",
-    }
-    kernels = {f"{bundle.KERNEL_SETS_DIR}/{n}.toml" for n in manifest.native.kernel_sets}
-    found = {
-        p.relative_to(path).as_posix()
-        for directory in (bundle.ORACLE_DIR, bundle.KERNEL_SETS_DIR, bundle.EVIDENCE_DIR)
-        for p in (path / directory).rglob("*")
-        if not p.is_dir()
-    }
     named = {f"{bundle.EVIDENCE_DIR}/{name}" for name in files.sealed_names() if name != RUN}
-    run = f"{bundle.EVIDENCE_DIR}/{RUN}/"
-    extra = sorted(p for p in found - oracle - kernels - named if not p.startswith(run))
-    missing = sorted((oracle | kernels | named) - found)
-    problems = [f"missing {', '.join(missing)}"] if missing else []
-    problems += [f"named by no [evidence] entry: {', '.join(extra)}"] if extra else []
-    return ClaimCheck(
+    return content_check(
         "content = the record's files as the manifest names them",
-        EvidenceClass.SEALED,
-        f"{len(found)} files",
-        not problems,
-        "; ".join(problems)[:600],
+        bundle.content_files(path),
+        bundle.fixed_content(manifest.native.kernel_sets) | named,
+        free=f"{bundle.EVIDENCE_DIR}/{RUN}/",
     )
 
 

@@ -19,7 +19,6 @@ from builder.build import (
     probe_dispatch,
 )
 from builder.canonical import canonical_json
-from builder.errors import ReproError
 from builder.hashing import sha256_file
 from builder.native.kernels import KernelSet, kernel_set_files
 from builder.observations import OBSERVATIONS_FILE, ObservationsDocument
@@ -29,22 +28,16 @@ from builder.sealing import bundle
 from builder.sealing.bundle import KERNEL_SETS_DIR, SUITE_FILE, TEACHER_FILE
 from builder.sealing.keys import SigningKey, TrustedKeys
 from builder.sealing.seal import BundleContent, SealedBundle, seal
-from builder.verify import OpenedBundle, VerifyReport, verify
+from builder.verify import NotVerified, OpenedBundle, VerifyReport, verify
 from launch.evidence import Teacher
 from launch.run import RunPlan, RunRecord, run_profile
 
 
-class PreflightRefused(ReproError):
+class PreflightRefused(NotVerified):
     """`verify --host` found drift: nothing was started."""
 
     def __init__(self, report: VerifyReport) -> None:
-        failed = [c for c in report.checks if not c.ok]
-        super().__init__(
-            "preflight refused: this host or this bundle does not hold",
-            where=str(report.bundle),
-            found=f"{len(report.findings)} drift(s), {len(failed)} claim(s) not recomputed",
-        )
-        self.report = report
+        super().__init__("preflight refused: this host or this bundle does not hold", report)
 
 
 @dataclass(frozen=True)

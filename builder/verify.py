@@ -19,6 +19,7 @@ from pathlib import Path
 from builder import imported
 from builder.claims import (
     ClaimCheck,
+    content_check,
     dispatch_claims,
     environments_claim,
     modules_claim,
@@ -114,6 +115,20 @@ def verify(
     observed = observe(sealed.manifest)
     findings = tuple(host_drifts(sealed, observed))
     return VerifyReport(path, integrity.key_ids, checks, findings, observed)
+
+
+class NotVerified(ReproError):
+    """A flow that runs only verified bundles met one that does not verify: nothing was done.
+    `report` says every drift and every claim that did not hold."""
+
+    def __init__(self, what: str, report: VerifyReport) -> None:
+        failed = [c for c in report.checks if not c.ok]
+        super().__init__(
+            what,
+            where=str(report.bundle),
+            found=f"{len(report.findings)} drift(s), {len(failed)} claim(s) not recomputed",
+        )
+        self.report = report
 
 
 @dataclass(frozen=True)
@@ -234,26 +249,12 @@ def _content_check(sealed: OpenedBundle) -> ClaimCheck:
     teardown record or a start's audit removed) and no more (a file nothing reads)."""
     manifest = sealed.manifest
     roles = manifest.launch.processes
-    expected = {f"{bundle.ORACLE_DIR}/{SUITE_FILE}", f"{bundle.ORACLE_DIR}/{TEACHER_FILE}"}
-    expected |= {f"{bundle.KERNEL_SETS_DIR}/{name}.toml" for name in manifest.native.kernel_sets}
+    expected = bundle.fixed_content(manifest.native.kernel_sets)
     evidence = evidence_names(manifest.oracle.gates.fresh_starts, roles)
     evidence |= {OBSERVATIONS_FILE, DISPATCH_FILE}
     expected |= {f"{bundle.EVIDENCE_DIR}/{name}" for name in evidence}
-    found = {
-        path.relative_to(sealed.path).as_posix()
-        for directory in (bundle.ORACLE_DIR, bundle.KERNEL_SETS_DIR, bundle.EVIDENCE_DIR)
-        for path in (sealed.path / directory).rglob("*")
-        if not path.is_dir()
-    }
-    missing, extra = sorted(expected - found), sorted(found - expected)
-    problems = [f"missing {', '.join(missing)}"] if missing else []
-    problems += [f"not part of a run: {', '.join(extra)}"] if extra else []
-    return ClaimCheck(
-        "content = what the manifest's run seals",
-        EvidenceClass.SEALED,
-        f"{len(found)} files",
-        not problems,
-        "; ".join(problems)[:600],
+    return content_check(
+        "content = what the manifest's run seals", bundle.content_files(sealed.path), expected
     )
 
 

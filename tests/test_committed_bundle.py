@@ -12,11 +12,13 @@ of each kind of x86-64 host, so no outcome here depends on the CPU alone.
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 from conftest import REPO_ROOT
 
+from builder import verify as verify_module
 from builder.cli import main
 from builder.drift import DriftKind
 from builder.native.dispatch import HostCapabilities
@@ -130,3 +132,28 @@ def test_restored_into_an_empty_directory_it_replays_here_or_launch_refuses(
     failed = [v.summary for v in replay.run.verdicts if not v.passed]
     assert replay.run.passed, failed
     assert replay.sealed is not None and verify(replay.sealed.path, TRUSTED).ok
+
+
+def test_on_every_other_kind_of_host_verify_and_launch_refuse_before_anything_starts(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The branch a host of other kernels takes, taken here whatever this CPU is: this host's
+    facts with the CPU flags of each other kind of x86-64 host."""
+    here = observe_host()
+    key = SigningKey.from_path(REPO_ROOT / "keys" / "example.key")
+    others = [kind for kind, (_, kernels) in KINDS.items() if kernels != recorded_kernels()]
+    assert len(others) == 2
+    for kind in others:
+        flags = tuple(sorted(KINDS[kind][0].cpu_flags))
+        monkeypatch.setattr(
+            verify_module, "observe_host", lambda f=flags: replace(here, cpu_flags=f)
+        )
+        report = verify(BUNDLE, TRUSTED, host=True, anchor=ANCHOR)
+        assert not report.ok and report.observations is None, kind
+        vllm = next(d for d in report.findings if d.subject == "vllm._C")
+        assert vllm.observed.startswith(f"{KINDS[kind][1]} (arch=x86_64, "), kind
+        runs = tmp_path / kind
+        with pytest.raises(PreflightRefused) as refused:
+            launch(BUNDLE, TRUSTED, runs=runs, signing_key=key, anchor=ANCHOR)
+        assert {d.kind for d in refused.value.report.findings} == {DriftKind.DISPATCH}
+        assert not runs.exists() or not any(runs.iterdir()), "nothing was started"

@@ -273,16 +273,16 @@ def _faster(rows: list[dict[str, object]]) -> None:
         row["token_id_offsets_s"] = [t / 2 for t in offsets]
 
 
-def test_a_record_whose_files_are_not_its_own_checksums_is_refused_at_build(
-    tmp_path: Path,
-) -> None:
-    """Double throughput in bench.json passes every gate; the record's own checksum list of
-    its run directory names other bytes for bench.json, so the build refuses."""
+def _build_refused(
+    tmp_path: Path, change: Callable[[list[dict[str, object]]], None]
+) -> pytest.ExceptionInfo[BuildRefused]:
+    """`repro build` of a copy of the record whose bench rows `change` altered, laid out as in
+    the repository (manifests/ beside records/)."""
     record = tmp_path / "records" / "laguna-102tps"
     shutil.copytree(REPO / "records" / "laguna-102tps", record)
     bench = record / "evidence" / "record-run" / "bench.json"
     document = json.loads(bench.read_text())
-    _faster(document["rows"])
+    change(document["rows"])
     bench.write_text(json.dumps(document))
     manifest = tmp_path / "manifests" / "laguna-102tps.toml"
     manifest.parent.mkdir()
@@ -290,6 +290,15 @@ def test_a_record_whose_files_are_not_its_own_checksums_is_refused_at_build(
     shutil.copytree(REPO / "manifests" / "suites", manifest.parent / "suites")
     with pytest.raises(BuildRefused) as refused:
         build(manifest, KEY, tmp_path, tmp_path / "work")
+    return refused
+
+
+def test_a_record_whose_files_are_not_its_own_checksums_is_refused_at_build(
+    tmp_path: Path,
+) -> None:
+    """Double throughput in bench.json passes every gate; the record's own checksum list of
+    its run directory names other bytes for bench.json, so the build refuses."""
+    refused = _build_refused(tmp_path, _faster)
     assert [(d.kind.value, d.subject) for d in refused.value.drifts] == [
         ("checksums", "record-run.sha256:1 record-run/bench.json")
     ]
@@ -299,18 +308,7 @@ def test_a_record_whose_files_are_not_its_own_checksums_is_refused_at_build(
 def test_a_build_from_tampered_evidence_is_refused_by_the_records_own_gates(
     tmp_path: Path,
 ) -> None:
-    record = tmp_path / "records" / "laguna-102tps"
-    shutil.copytree(REPO / "records" / "laguna-102tps", record)
-    bench = record / "evidence" / "record-run" / "bench.json"
-    document = json.loads(bench.read_text())
-    _one_token(document["rows"])
-    bench.write_text(json.dumps(document))
-    manifest = tmp_path / "manifests" / "laguna-102tps.toml"
-    manifest.parent.mkdir()
-    manifest.write_text(MANIFEST.read_text())
-    shutil.copytree(REPO / "manifests" / "suites", manifest.parent / "suites")
-    with pytest.raises(BuildRefused) as refused:
-        build(manifest, KEY, tmp_path, tmp_path / "work")
+    refused = _build_refused(tmp_path, _one_token)
     assert [d.subject for d in refused.value.drifts] == [
         "record-run.sha256:1 record-run/bench.json",
         "exact_token_ids",

@@ -12,26 +12,19 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-from builder.errors import ReproError
 from builder.restore.models import restore_model
 from builder.restore.python import restore_python
 from builder.restore.sources import restore_source
 from builder.restore.step import Action, Progress, StepResult, no_progress
 from builder.sealing.keys import TrustedKeys
-from builder.verify import OpenedBundle, VerifyReport, verify
+from builder.verify import NotVerified, OpenedBundle, VerifyReport, verify
 
 
-class RestoreRefused(ReproError):
+class RestoreRefused(NotVerified):
     """The bundle does not verify offline: nothing was made."""
 
     def __init__(self, report: VerifyReport) -> None:
-        failed = [c.claim for c in report.checks if not c.ok]
-        super().__init__(
-            "restore refused: the bundle does not verify",
-            where=str(report.bundle),
-            found=f"{len(report.findings)} drift(s), {len(failed)} claim(s) not recomputed",
-        )
-        self.report = report
+        super().__init__("restore refused: the bundle does not verify", report)
 
 
 @dataclass(frozen=True)

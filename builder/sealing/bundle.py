@@ -26,7 +26,8 @@ from __future__ import annotations
 
 import re
 import unicodedata
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
+from pathlib import Path
 
 from builder.errors import BadInput
 
@@ -119,6 +120,24 @@ def content_path_problem(path: str) -> str | None:
     if top in CONTENT_DIRS and rest:
         return None
     return "a file the layout does not name, outside oracle/, evidence/ and kernels/"
+
+
+def fixed_content(kernel_sets: Iterable[str]) -> set[str]:
+    """The content every bundle holds whatever its evidence: the oracle's suite and teacher,
+    and one file per kernel set its manifest names."""
+    return {f"{ORACLE_DIR}/{SUITE_FILE}", f"{ORACLE_DIR}/{TEACHER_FILE}"} | {
+        f"{KERNEL_SETS_DIR}/{name}.toml" for name in kernel_sets
+    }
+
+
+def content_files(root: Path) -> set[str]:
+    """Every file under the content directories of the bundle at `root`, by its bundle path."""
+    return {
+        path.relative_to(root).as_posix()
+        for directory in CONTENT_DIRS
+        for path in (root / directory).rglob("*")
+        if not path.is_dir()
+    }
 
 
 def render_sha256sums(digests: Mapping[str, str]) -> bytes:
