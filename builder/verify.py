@@ -14,6 +14,7 @@ from __future__ import annotations
 import tempfile
 from collections.abc import Mapping
 from dataclasses import dataclass
+from functools import cached_property
 from pathlib import Path
 
 from builder import imported
@@ -173,10 +174,13 @@ class OpenedBundle:
     def teacher_bytes(self) -> bytes:
         return read_sealed(self.oracle(TEACHER_FILE), what="the sealed teacher")
 
+    @cached_property
     def observations(self) -> ObservationsDocument:
+        """Read once: several claims are checked against it."""
         path = self.evidence(OBSERVATIONS_FILE)
         return read_document(ObservationsDocument, path, what="the sealed observations")
 
+    @cached_property
     def run(self) -> RunDocument:
         path = self.evidence(RUN_FILE)
         return read_document(RunDocument, path, what="the run record")
@@ -329,7 +333,7 @@ def _fresh_start_checks(sealed: OpenedBundle, first: tuple[OracleRow, ...]) -> l
 
 
 def _native_check(sealed: OpenedBundle) -> ClaimCheck:
-    values = sealed.observations().values
+    values = sealed.observations.values
     audit = sealed.audit(1)
     audit_drifts = audit.drifts
     roles = roles_claim(audit.processes, values)
@@ -351,7 +355,7 @@ def _native_check(sealed: OpenedBundle) -> ClaimCheck:
 def _dispatch_check(sealed: OpenedBundle) -> ClaimCheck:
     """Each choice of code recomputed: the variant mapped in the sealed audit (or reported by
     the sealed probe) and the deciding facts of the sealed host, by the sealed kernel sets."""
-    host = sealed.observations().host.capabilities()
+    host = sealed.observations.host.capabilities()
     probes_path = sealed.evidence(DISPATCH_FILE)
     probes = read_document(Probes, probes_path, what="the dispatch probes")
     lock = sealed.lock
@@ -431,7 +435,7 @@ def _quality_check(sealed: OpenedBundle, rows: tuple[OracleRow, ...]) -> ClaimCh
 def recompute_verdicts(sealed: OpenedBundle) -> tuple[Verdict, ...]:
     """The manifest's gates over the bundle's sealed run, as `launch.run.judge` judged it."""
     manifest = sealed.manifest
-    teacher = sealed.run().teacher
+    teacher = sealed.run.teacher
     sealed_teacher = Teacher.from_bytes(
         sealed.teacher_bytes(), where=str(sealed.oracle(TEACHER_FILE))
     )
@@ -471,7 +475,7 @@ def _text(path: Path) -> str | None:
 
 def _observed_checks(sealed: OpenedBundle) -> list[ClaimCheck]:
     """The live claims against the observations the build recorded."""
-    observed = sealed.observations()
+    observed = sealed.observations
     lock = sealed.lock
     checks = []
     for claim, facts in zip(lock.models, observed.models, strict=True):
@@ -518,8 +522,8 @@ def _anchored_checks(sealed: OpenedBundle) -> list[ClaimCheck]:
     (bundle, model pins, source pins, launch, enforced host facts, kernel sets), the build's
     observations (interpreter, source state, RECORD checks) and the run record (profile)."""
     lock, manifest = sealed.lock, sealed.manifest
-    observed = sealed.observations()
-    run = sealed.run()
+    observed = sealed.observations
+    run = sealed.run
     python = observed.python
     records = (python.records or ()) if python else ()
     sources = observed.sources
