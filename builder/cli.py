@@ -1,7 +1,8 @@
 """The `repro` command line: arguments and exit codes only.
 
 Each subcommand is a module of `builder.commands` with `configure_parser(parser)` and
-`execute(args) -> int`. This module catches `ReproError` once, prints its diagnostics and
+`execute(args) -> int`; only the module of the command being run is imported (`repro --help`
+imports none of them). This module catches `ReproError` once, prints its diagnostics and
 returns its exit code, so no traceback reaches a user for a bad input; a usage error is a
 `BadInput` like any other. Any other exception (a bug, RecursionError, MemoryError) is the last
 guard's: one line `repro: internal error: <type>: <message>` and exit 3, the traceback only
@@ -19,9 +20,8 @@ from collections.abc import Sequence
 from types import ModuleType
 from typing import NoReturn
 
-from builder.commands import COMMANDS
+from builder import commands
 from builder.errors import BadInput, ExitCode, ReproError
-from builder.render import write_json
 
 _INTERNAL_MESSAGE_LIMIT = 300
 """Characters of an internal error's message shown: some exceptions carry a whole input."""
@@ -49,19 +49,29 @@ def _add_verbose(parser: argparse.ArgumentParser, default: object) -> None:
     )
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(command: str | None = None) -> argparse.ArgumentParser:
+    """The parser of every subcommand's name and summary; `command`'s module alone is imported
+    and configures its arguments (`None`: every command's, as documentation tools want)."""
     parser = _Parser(prog="repro", description="Seal, verify and replay LLM serving records.")
     _add_verbose(parser, False)
     sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
-    for module in COMMANDS:
-        name = module.__name__.rsplit(".", 1)[-1]
-        summary = (module.__doc__ or "").strip().splitlines()[0]
-        command_parser = sub.add_parser(name, help=summary, description=module.__doc__)
+    for name in commands.names():
+        command_parser = sub.add_parser(name, help=commands.summary(name))
+        if command is not None and name != command:
+            continue
+        module = commands.load(name)
+        command_parser.description = module.__doc__
         module.configure_parser(command_parser)
         # after the command too; SUPPRESS keeps a `-v` given before it
         _add_verbose(command_parser, argparse.SUPPRESS)
         command_parser.set_defaults(_module=module)
     return parser
+
+
+def _command(options: Sequence[str]) -> str:
+    """The subcommand named on the command line: its first argument that is not an option
+    (the only options before it are the global `-v`/`--verbose`); "" when there is none."""
+    return next((argument for argument in options if not argument.startswith("-")), "")
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -72,7 +82,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     verbose = "-v" in options or "--verbose" in options
     try:
         try:
-            args = build_parser().parse_args(arguments)
+            args = build_parser(_command(options)).parse_args(arguments)
         except SystemExit as exit_:  # --help, printed by argparse
             return int(exit_.code or 0)
         as_json, verbose = bool(getattr(args, "json", False)), bool(args.verbose)
@@ -112,6 +122,8 @@ def _report(
 ) -> int:
     """`code`, after the error's document on stdout when `--json` was asked."""
     if as_json:
+        from builder.render import write_json  # rich and pydantic: only when a document is asked
+
         error = {"what": what, "where": where, "expected": expected, "found": found}
         write_json({"ok": False, "error": {**error, "exit_code": int(code)}})
     return int(code)

@@ -13,6 +13,9 @@ against the directory that holds the manifest file, never against the current di
 
 from __future__ import annotations
 
+import ast
+import inspect
+import itertools
 import json
 import re
 import string
@@ -139,9 +142,10 @@ _M = TypeVar("_M", bound=BaseModel)
 
 
 class _Frozen(BaseModel):
-    model_config = ConfigDict(
-        extra="forbid", frozen=True, allow_inf_nan=False, use_attribute_docstrings=True
-    )
+    # A field's docstring documents it in the JSON Schema (`schema_document`), read from the
+    # source there and only there: pydantic's `use_attribute_docstrings` would read the source
+    # of every model at import, the largest part of every command's start.
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
 
 # --- checks shared by the models --------------------------------------------------------------
@@ -1082,8 +1086,41 @@ def _suite_fit_problems(oracle: Oracle, suite: Suite) -> list[Problem]:
 
 
 def schema_document() -> str:
-    """The canonical text of the manifest's JSON Schema, as shipped in builder/schemas/."""
-    return json.dumps(Manifest.model_json_schema(), indent=2, sort_keys=True) + "\n"
+    """The canonical text of the manifest's JSON Schema, as shipped in builder/schemas/: each
+    model's fields described by their docstrings (the string right after a field's annotation,
+    as an attribute docstring), inherited ones included."""
+    schema = Manifest.model_json_schema()
+    docstrings = _attribute_docstrings()
+    definitions: dict[str, Any] = schema.get("$defs", {})
+    for name, definition in [(Manifest.__name__, schema), *definitions.items()]:
+        model = globals().get(name)
+        if not (isinstance(model, type) and issubclass(model, BaseModel)):
+            continue  # a type alias's definition has no fields
+        for owner in model.__mro__:  # the nearest docstring of a field wins, as in pydantic
+            for field, text in docstrings.get(owner.__name__, {}).items():
+                key = model.model_fields[field].alias or field
+                definition["properties"][key].setdefault("description", text)
+    return json.dumps(schema, indent=2, sort_keys=True) + "\n"
+
+
+def _attribute_docstrings() -> dict[str, dict[str, str]]:
+    """Class name -> field name -> docstring, from this module's source."""
+    found: dict[str, dict[str, str]] = {}
+    tree = ast.parse(Path(__file__).read_text(encoding="utf-8"))
+    for node in tree.body:
+        if not isinstance(node, ast.ClassDef):
+            continue
+        for statement, following in itertools.pairwise(node.body):
+            if (
+                isinstance(statement, ast.AnnAssign)
+                and isinstance(statement.target, ast.Name)
+                and isinstance(following, ast.Expr)
+                and isinstance(following.value, ast.Constant)
+                and isinstance(following.value.value, str)
+            ):
+                fields = found.setdefault(node.name, {})
+                fields[statement.target.id] = inspect.cleandoc(following.value.value)
+    return found
 
 
 # --- reading and errors ---------------------------------------------------------------------------

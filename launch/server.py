@@ -23,11 +23,14 @@ import subprocess
 import time
 from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-import httpx
 import psutil
 
 from builder.errors import NotObservable, ReproError
+
+if TYPE_CHECKING:
+    import httpx  # imported where a server is polled: `repro verify` only reads `ServerSpec`
 
 LOG_TAIL_LINES = 40
 
@@ -244,6 +247,8 @@ def log_tail(path: Path, lines: int = LOG_TAIL_LINES) -> str:
 
 
 def _await_ready(server: RunningServer) -> float:
+    import httpx
+
     spec = server.spec
     url = spec.base_url + spec.readiness_path
     deadline = server.started_at + spec.ready_timeout_s
@@ -262,6 +267,8 @@ def _await_ready(server: RunningServer) -> float:
 
 
 def _answers(client: httpx.Client, url: str) -> bool:
+    import httpx
+
     try:
         return client.get(url).status_code == httpx.codes.OK
     except httpx.TransportError:

@@ -122,7 +122,17 @@ def test_the_shipped_schema_is_what_the_models_produce() -> None:
     """Regenerate with: python -c 'from builder.manifest import schema_document as s;
     open("builder/schemas/manifest.v1.json", "w").write(s())'"""
     assert shipped_schema() == schema_document()
-    assert json.loads(shipped_schema()) == Manifest.model_json_schema()
+    # the models' own schema, each field described by its docstring
+    shipped, described = json.loads(shipped_schema()), 0
+    for definition in [shipped, *shipped["$defs"].values()]:
+        for field in definition.get("properties", {}).values():
+            described += field.pop("description", None) is not None
+    assert described > 0
+    produced = Manifest.model_json_schema()
+    for definition in [produced, *produced["$defs"].values()]:
+        for field in definition.get("properties", {}).values():
+            assert "description" not in field  # only the docstrings describe a field
+    assert shipped == produced
 
 
 def _diagnostics(path: Path) -> str:
