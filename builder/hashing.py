@@ -1,12 +1,15 @@
 """sha256 of files and byte streams, and git blob ids: the one place repro hashes content.
 
-`sha256_files` hashes the many large files of a sealed bundle as fast as the cores can hash:
-one file per core at a time (SHA-256 of one file is sequential; hashlib releases the GIL while
-it hashes), each file hashed in place through a read-only memory map, since copying it out of
-the page cache adds 10-20% to the time of the hash itself. The price of a map is that a file
-truncated or failing to read while mapped kills the process (SIGBUS) instead of raising, so
-only files that nothing rewrites in place are hashed that way: a bundle is only ever replaced
-whole, by a rename. Every other file is read, in chunks that stay in the core's cache.
+`over_cores` runs a per-file function over many files as fast as the cores allow: one file per
+core at a time (SHA-256 of one file is sequential; hashlib releases the GIL while it hashes),
+the largest first so that the cores finish together, and the small files in batches so that a
+venv's tens of thousands of them cost hashing, not scheduling. `sha256_files` uses it to hash
+the large files of a sealed bundle in place through a read-only memory map, since copying them
+out of the page cache adds 10-20% to the time of the hash itself. The price of a map is that a
+file truncated or failing to read while mapped kills the process (SIGBUS) instead of raising,
+so only files that nothing rewrites in place are hashed that way: a bundle is only ever replaced
+whole, by a rename. Every other file is read (`sha256_file`): a small one in one read, a large
+one in chunks that stay in the core's cache.
 """
 
 from __future__ import annotations
@@ -15,13 +18,20 @@ import hashlib
 import io
 import mmap
 import os
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
+from typing import TypeVar
 
 from builder.errors import NotObservable
 
 READ_SIZE = 1 << 20
+BATCH_BYTES = 8 << 20
+"""Small files go to a core together up to this many bytes (or `BATCH_FILES` files)."""
+BATCH_FILES = 256
+
+_Path = TypeVar("_Path", bound=Path | str)
+_Result = TypeVar("_Result")
 
 
 def sha256_stream(stream: io.BufferedIOBase) -> str:
@@ -29,37 +39,91 @@ def sha256_stream(stream: io.BufferedIOBase) -> str:
 
 
 def sha256_file(path: Path | str) -> str:
+    """The sha256 of the bytes `path` names now, read (never mapped: it may change meanwhile)."""
     try:
-        with Path(path).open("rb", buffering=0) as stream:
-            digest = hashlib.sha256()
+        descriptor = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+    except OSError as error:
+        raise _unreadable(path, error) from error
+    try:
+        digest = hashlib.sha256()
+        first = os.read(descriptor, READ_SIZE)
+        digest.update(first)
+        if len(first) == READ_SIZE:  # a large file: the rest in chunks through one buffer
             buffer = bytearray(READ_SIZE)
             view = memoryview(buffer)
-            while size := stream.readinto(buffer):
+            while size := os.readv(descriptor, [buffer]):
                 digest.update(view[:size])
     except OSError as error:
         raise _unreadable(path, error) from error
+    finally:
+        os.close(descriptor)
     return digest.hexdigest()
 
 
 def sha256_files(paths: Sequence[Path | str]) -> list[str]:
-    """The sha256 of each of `paths`, in their order, hashed concurrently, one file per core.
+    """The sha256 of each of `paths`, in their order, hashed in place on every core.
 
-    For files nothing rewrites in place (see above). The largest files start first, so that the
-    cores finish together. A file that cannot be opened raises what `sha256_file` raises, for
-    the first such file in order, as hashing them one after another would; files not started
-    yet are then left alone."""
+    For files nothing rewrites in place (see above). A file that cannot be opened raises what
+    `sha256_file` raises, for the first such file in order (`over_cores`)."""
+    return over_cores(paths, _sha256_mapped)
+
+
+def over_cores(paths: Sequence[_Path], work: Callable[[_Path], _Result]) -> list[_Result]:
+    """`work(path)` for each of `paths`, in their order, run on one thread per core.
+
+    The largest files start first, each alone once it is at least `BATCH_BYTES`; smaller ones
+    go in batches. What `work` raises is raised for the first such path in order, as running
+    them one after another would; batches not started yet are then left alone."""
     workers = min(len(paths), _usable_cores())
     if workers <= 1:
-        return [_sha256_mapped(path) for path in paths]
-    largest_first = sorted(range(len(paths)), key=lambda index: -_size(paths[index]))
-    pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="sha256")
+        return [work(path) for path in paths]
+    sizes = [_size(path) for path in paths]
+    pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="hash")
     try:
-        hashing: dict[int, Future[str]] = {
-            index: pool.submit(_sha256_mapped, paths[index]) for index in largest_first
-        }
-        return [hashing[index].result() for index in range(len(paths))]
+        running: list[tuple[list[int], Future[list[_Result | BaseException]]]] = [
+            (batch, pool.submit(_run_batch, [paths[index] for index in batch], work))
+            for batch in _batches(sizes)
+        ]
+        outcomes: dict[int, _Result | BaseException] = {}
+        for batch, future in running:
+            outcomes.update(zip(batch, future.result(), strict=True))
+        results: list[_Result] = []
+        for index in range(len(paths)):
+            outcome = outcomes[index]
+            if isinstance(outcome, BaseException):
+                raise outcome
+            results.append(outcome)
+        return results
     finally:
         pool.shutdown(wait=True, cancel_futures=True)
+
+
+def _batches(sizes: Sequence[int]) -> list[list[int]]:
+    """Indexes of `sizes`, largest first, grouped so that each group is worth a task."""
+    batches: list[list[int]] = []
+    current: list[int] = []
+    current_bytes = 0
+    for index in sorted(range(len(sizes)), key=lambda index: -sizes[index]):
+        current.append(index)
+        current_bytes += sizes[index]
+        if current_bytes >= BATCH_BYTES or len(current) >= BATCH_FILES:
+            batches.append(current)
+            current, current_bytes = [], 0
+    if current:
+        batches.append(current)
+    return batches
+
+
+def _run_batch(
+    paths: Sequence[_Path], work: Callable[[_Path], _Result]
+) -> list[_Result | BaseException]:
+    outcomes: list[_Result | BaseException] = []
+    for path in paths:
+        try:
+            outcomes.append(work(path))
+        except Exception as error:  # raised in the caller's order by `over_cores`
+            outcomes.append(error)
+    return outcomes
 
 
 def _sha256_mapped(path: Path | str) -> str:
@@ -99,7 +163,7 @@ def _usable_cores() -> int:
 
 def _size(path: Path | str) -> int:
     try:
-        return Path(path).stat().st_size
+        return os.stat(path).st_size  # noqa: PTH116 - tens of thousands of paths, no objects
     except OSError:
         return 0  # hashing it raises with the reason
 

@@ -156,9 +156,9 @@ def _installed_hashes(site: Path, distribution: Distribution) -> dict[str, str]:
     """Path (relative to site-packages, as a wheel names it) → hash of the installed RECORD."""
     dist_info = site / Path(distribution.dist_info).name
     return {
-        entry.path.relative_to(site).as_posix(): str(entry.recorded)
+        Path(entry.path).relative_to(site).as_posix(): str(entry.recorded)
         for entry in record_entries(dist_info)
-        if entry.recorded is not None and entry.path.is_relative_to(site)
+        if entry.recorded is not None and Path(entry.path).is_relative_to(site)
     }
 
 

@@ -30,10 +30,10 @@ import base64
 import csv
 import io
 import os
+import posixpath
 import re
 import subprocess
 from collections.abc import Iterable, Iterator, Mapping
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from email.parser import HeaderParser
 from pathlib import Path
@@ -44,7 +44,7 @@ from pydantic import BaseModel, ConfigDict
 
 from builder.drift import Drift, DriftKind
 from builder.errors import BadInput, NotObservable
-from builder.hashing import sha256_file
+from builder.hashing import over_cores, sha256_file
 from builder.manifest import Manifest, Python, expand
 from builder.readers import ENVIRONMENT_FILE_LIMIT, NoSuchFile, parse_json, read_bytes
 
@@ -128,7 +128,7 @@ def placeholder_path(path: Path | str, values: Mapping[str, str]) -> str:
     directories becomes its `{name}`; a path under none stays absolute. Braces of the path itself
     are doubled, so that `expand(placeholder_path(p, values), values)` gives `p` back, normalised.
     Ties between values of equal length go to the first name in sorted order."""
-    normal = str(_normal(Path(path)))
+    normal = posixpath.abspath(path)  # `_normal` as a string: absolute, `..` gone, symlinks kept
     best: tuple[str, str] | None = None
     for name, value in sorted(values.items()):
         root = os.path.normpath(value)
@@ -217,9 +217,7 @@ def normalize(name: str) -> str:
 # --- observing ------------------------------------------------------------------------------------
 
 
-def observe_python(
-    python: Python, venv: Venv, values: Mapping[str, str], *, workers: int | None = None
-) -> PythonFacts:
+def observe_python(python: Python, venv: Venv, values: Mapping[str, str]) -> PythonFacts:
     """The Python facts of `venv`; RECORD checks when `python.check_record`."""
     version, build = interpreter_version(venv.python)
     found = tuple(distributions(venv.site, values))
@@ -227,7 +225,7 @@ def observe_python(
     unowned: tuple[str, ...] = ()
     if python.check_record:
         entries = {d: record_entries(_expand(d.dist_info, values)) for d in found}
-        records = check_records(entries, values, workers=workers)
+        records = check_records(entries, values)
         unowned = unowned_files(venv.site, entries.values(), values)
     return PythonFacts(
         venv=placeholder_path(venv.root, values),
@@ -338,7 +336,7 @@ def _installed_file(path: Path, what: str) -> bytes:
 
 @dataclass(frozen=True)
 class RecordEntry:
-    path: Path
+    path: str
     """Absolute and normalised."""
     recorded: str | None
     """`sha256=<urlsafe base64 without padding>`; None for an entry without a hash."""
@@ -354,8 +352,9 @@ def record_entries(dist_info: Path) -> tuple[RecordEntry, ...]:
         "utf-8", errors="replace"
     )
     rows = csv.reader(io.StringIO(text))
+    site = str(dist_info.parent)
     return tuple(
-        RecordEntry(Path(os.path.normpath(dist_info.parent / row[0])), _hash(row))
+        RecordEntry(posixpath.normpath(posixpath.join(site, row[0])), _hash(row))
         for row in rows
         if row
     )
@@ -365,16 +364,17 @@ def _hash(row: list[str]) -> str | None:
     """The recorded hash of an entry, None for none and for a bytecode cache: pip compiles
     after installing, overwriting any `.pyc` a wheel shipped (numpy's `conv_template` cache in
     the serving venv), so such a hash no longer holds on a sound install."""
-    if len(row) < 2 or not row[1] or _is_bytecode_cache(Path(row[0])):
+    if len(row) < 2 or not row[1] or _is_bytecode_cache(row[0]):
         return None
     return row[1]
 
 
-def _is_bytecode_cache(path: Path) -> bool:
-    return path.parent.name == "__pycache__" and path.suffix == ".pyc"
+def _is_bytecode_cache(path: str) -> bool:
+    head, name = posixpath.split(path)
+    return posixpath.basename(head) == "__pycache__" and name.endswith(".pyc")
 
 
-def record_digest(path: Path) -> str:
+def record_digest(path: Path | str) -> str:
     """The sha256 of `path` in RECORD's form."""
     raw = bytes.fromhex(sha256_file(path))
     return "sha256=" + base64.urlsafe_b64encode(raw).rstrip(b"=").decode("ascii")
@@ -383,15 +383,11 @@ def record_digest(path: Path) -> str:
 def check_records(
     entries: Mapping[Distribution, tuple[RecordEntry, ...]],
     values: Mapping[str, str],
-    *,
-    workers: int | None = None,
 ) -> tuple[RecordCheck, ...]:
-    """Each distribution's hashed entries against the files; files hashed on `workers` threads
-    (hashlib releases the GIL), the largest first so that none is left alone at the end."""
+    """Each distribution's hashed entries against the files, hashed on every core."""
     hashed = {d: [e for e in group if e.recorded is not None] for d, group in entries.items()}
-    paths = sorted({e.path for group in hashed.values() for e in group}, key=_size, reverse=True)
-    with ThreadPoolExecutor(max_workers=workers or os.cpu_count() or 1) as pool:
-        observed = dict(zip(paths, pool.map(_observed_digest, paths), strict=True))
+    paths = sorted({e.path for group in hashed.values() for e in group})
+    observed = dict(zip(paths, over_cores(paths, _observed_digest), strict=True))
     return tuple(
         RecordCheck(
             distribution=distribution.key,
@@ -411,15 +407,8 @@ def check_records(
     )
 
 
-def _size(path: Path) -> int:
-    try:
-        return path.stat().st_size
-    except OSError:
-        return 0
-
-
-def _observed_digest(path: Path) -> str | None:
-    if not path.is_file():
+def _observed_digest(path: str) -> str | None:
+    if not posixpath.isfile(path):
         return None
     return record_digest(path)
 
@@ -432,7 +421,7 @@ def unowned_files(
     unowned = []
     for directory, _dirs, files in os.walk(site):
         for name in files:
-            path = Path(directory) / name
+            path = posixpath.join(directory, name)
             if path not in owned and not _is_bytecode_cache(path):
                 unowned.append(placeholder_path(path, values))
     return tuple(sorted(unowned))
