@@ -30,7 +30,7 @@ BATCH_BYTES = 8 << 20
 """Small files go to a core together up to this many bytes (or `BATCH_FILES` files)."""
 BATCH_FILES = 256
 
-_Path = TypeVar("_Path", bound=Path | str)
+_Item = TypeVar("_Item")
 _Result = TypeVar("_Result")
 
 
@@ -65,30 +65,33 @@ def sha256_files(paths: Sequence[Path | str]) -> list[str]:
 
     For files nothing rewrites in place (see above). A file that cannot be opened raises what
     `sha256_file` raises, for the first such file in order (`over_cores`)."""
-    return over_cores(paths, _sha256_mapped)
+    return over_cores(paths, _sha256_mapped, file_size)
 
 
-def over_cores(paths: Sequence[_Path], work: Callable[[_Path], _Result]) -> list[_Result]:
-    """`work(path)` for each of `paths`, in their order, run on one thread per core.
+def over_cores(
+    items: Sequence[_Item], work: Callable[[_Item], _Result], size: Callable[[_Item], int]
+) -> list[_Result]:
+    """`work(item)` for each of `items` (files, or what names one), in their order, run on
+    one thread per core.
 
-    The largest files start first, each alone once it is at least `BATCH_BYTES`; smaller ones
-    go in batches. What `work` raises is raised for the first such path in order, as running
-    them one after another would; batches not started yet are then left alone."""
-    workers = min(len(paths), _usable_cores())
+    The largest files (by `size`) start first, each alone once it is at least `BATCH_BYTES`;
+    smaller ones go in batches. What `work` raises is raised for the first such item in order,
+    as running them one after another would; batches not started yet are then left alone."""
+    workers = min(len(items), _usable_cores())
     if workers <= 1:
-        return [work(path) for path in paths]
-    sizes = [_size(path) for path in paths]
+        return [work(item) for item in items]
+    sizes = [size(item) for item in items]
     pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="hash")
     try:
         running: list[tuple[list[int], Future[list[_Result | BaseException]]]] = [
-            (batch, pool.submit(_run_batch, [paths[index] for index in batch], work))
+            (batch, pool.submit(_run_batch, [items[index] for index in batch], work))
             for batch in _batches(sizes)
         ]
         outcomes: dict[int, _Result | BaseException] = {}
         for batch, future in running:
             outcomes.update(zip(batch, future.result(), strict=True))
         results: list[_Result] = []
-        for index in range(len(paths)):
+        for index in range(len(items)):
             outcome = outcomes[index]
             if isinstance(outcome, BaseException):
                 raise outcome
@@ -115,12 +118,12 @@ def _batches(sizes: Sequence[int]) -> list[list[int]]:
 
 
 def _run_batch(
-    paths: Sequence[_Path], work: Callable[[_Path], _Result]
+    items: Sequence[_Item], work: Callable[[_Item], _Result]
 ) -> list[_Result | BaseException]:
     outcomes: list[_Result | BaseException] = []
-    for path in paths:
+    for item in items:
         try:
-            outcomes.append(work(path))
+            outcomes.append(work(item))
         except Exception as error:  # raised in the caller's order by `over_cores`
             outcomes.append(error)
     return outcomes
@@ -161,7 +164,8 @@ def _usable_cores() -> int:
     return os.cpu_count() or 1
 
 
-def _size(path: Path | str) -> int:
+def file_size(path: Path | str) -> int:
+    """The size of `path`; 0 when it cannot be read (the work on it then says why)."""
     try:
         return os.stat(path).st_size  # noqa: PTH116 - tens of thousands of paths, no objects
     except OSError:

@@ -18,7 +18,7 @@ from pathlib import Path
 import psutil
 
 from builder.errors import NotObservable
-from builder.hashing import sha256_stream
+from builder.hashing import file_size, over_cores, sha256_stream
 from builder.native.procmaps import FileId, Mapping, file_mappings, parse_maps
 
 ELF_MAGIC = b"\x7fELF"
@@ -62,6 +62,16 @@ def parse_environ(block: bytes) -> dict[str, str]:
     return environ
 
 
+def environ_variable(block: bytes, name: str) -> str | None:
+    """One variable of a `/proc/<pid>/environ` block, its first occurrence as getenv reads it;
+    None when unset."""
+    prefix = f"{name}=".encode()
+    for item in block.split(b"\0"):
+        if item.startswith(prefix):
+            return item[len(prefix) :].decode("utf-8", "surrogateescape")
+    return None
+
+
 @dataclass(frozen=True)
 class MappedFile:
     """One distinct file mapped by some process of the tree."""
@@ -88,6 +98,11 @@ class ProcessSnapshot:
     environ: dict[str, str]
     files: tuple[FileId, ...]
     error: str | None = None
+    cwd: str | None = None
+    """Its working directory now (`/proc/<pid>/cwd`), None when it cannot be read."""
+    search_path: str | None = None
+    """The PATH it was started with, None when unset (or cleared by a process that renamed
+    itself): with `cwd`, how its interpreter resolved a bare argv[0] (`builder.native.pyenv`)."""
 
 
 @dataclass(frozen=True)
@@ -158,15 +173,21 @@ def snapshot_tree(
             "the process does not exist", where=f"pid {root_pid}", found="no such process"
         ) from error
     processes: list[ProcessSnapshot] = []
-    files: dict[FileId, MappedFile] = {}
+    first_seen: dict[FileId, tuple[int, Mapping]] = {}
     for process in members:
         snapshot, mappings = _snapshot_process(process)
         processes.append(snapshot)
         for file_id, group in mappings.items():
-            if file_id not in files:
-                if progress is not None:
-                    progress(group[0].path or "")
-                files[file_id] = _read_remembered(process.pid, file_id, group[0], memo)
+            first_seen.setdefault(file_id, (process.pid, group[0]))
+    if progress is not None:
+        progress(f"{len(first_seen)} mapped files of {len(processes)} processes")
+    seen = list(first_seen.items())
+    read = over_cores(
+        seen,
+        lambda item: _read_remembered(item[1][0], item[0], item[1][1], memo),
+        lambda item: file_size(item[1][1].path or ""),
+    )
+    files = {file_id: mapped for (file_id, _), mapped in zip(seen, read, strict=True)}
     return TreeSnapshot(root_pid=root_pid, processes=tuple(processes), files=files)
 
 
@@ -179,7 +200,7 @@ def _snapshot_process(
             name, ppid = process.name(), process.ppid()
             cmdline = tuple(process.cmdline())
             exe = process.exe() or None
-        environ = parse_environ(Path(f"/proc/{pid}/environ").read_bytes())
+        block = Path(f"/proc/{pid}/environ").read_bytes()
         maps_text = Path(f"/proc/{pid}/maps").read_text()
     except (psutil.NoSuchProcess, FileNotFoundError, ProcessLookupError):
         return _failed(pid, "exited during the audit"), {}
@@ -193,10 +214,19 @@ def _snapshot_process(
         role=classify_role(name, cmdline),
         cmdline=cmdline,
         exe=exe,
-        environ=environ,
+        environ=parse_environ(block),
         files=tuple(mappings),
+        cwd=_cwd(pid),
+        search_path=environ_variable(block, "PATH"),
     )
     return snapshot, mappings
+
+
+def _cwd(pid: int) -> str | None:
+    try:
+        return str(Path(f"/proc/{pid}/cwd").readlink())
+    except OSError:
+        return None
 
 
 def _failed(pid: int, reason: str) -> ProcessSnapshot:

@@ -44,7 +44,7 @@ from pydantic import BaseModel, ConfigDict
 
 from builder.drift import Drift, DriftKind
 from builder.errors import BadInput, NotObservable
-from builder.hashing import over_cores, sha256_file
+from builder.hashing import file_size, over_cores, sha256_file
 from builder.manifest import Manifest, Python, expand
 from builder.readers import ENVIRONMENT_FILE_LIMIT, NoSuchFile, parse_json, read_bytes
 
@@ -387,7 +387,7 @@ def check_records(
     """Each distribution's hashed entries against the files, hashed on every core."""
     hashed = {d: [e for e in group if e.recorded is not None] for d, group in entries.items()}
     paths = sorted({e.path for group in hashed.values() for e in group})
-    observed = dict(zip(paths, over_cores(paths, _observed_digest), strict=True))
+    observed = dict(zip(paths, over_cores(paths, _observed_digest, file_size), strict=True))
     return tuple(
         RecordCheck(
             distribution=distribution.key,

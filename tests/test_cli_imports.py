@@ -1,0 +1,56 @@
+"""The command line imports only what it runs: `repro --help` no command, a command itself."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from builder import commands
+
+REPO = Path(__file__).resolve().parents[1]
+PROBE = """
+import json, sys
+from builder.cli import main
+code = main(sys.argv[2:])
+loaded = sorted(m for m in sys.modules if m.startswith(("builder.commands.", "launch", "numpy")))
+open(sys.argv[1], "w").write(json.dumps({"code": code, "loaded": loaded}))
+"""
+
+
+def _loaded(tmp_path: Path, *argv: str) -> tuple[int, list[str]]:
+    out = tmp_path / "loaded.json"
+    subprocess.run(
+        [sys.executable, "-c", PROBE, str(out), *argv],
+        cwd=REPO,
+        capture_output=True,
+        check=True,
+    )
+    document = json.loads(out.read_text())
+    return document["code"], document["loaded"]
+
+
+def test_help_lists_every_command_and_imports_none(tmp_path: Path) -> None:
+    code, loaded = _loaded(tmp_path, "--help")
+    assert code == 0
+    assert loaded == []
+
+
+@pytest.mark.parametrize("command", ["verify", "closure", "schema"])
+def test_a_command_imports_itself_and_no_other_command(tmp_path: Path, command: str) -> None:
+    code, loaded = _loaded(tmp_path, command, "--help")
+    assert code == 0
+    own = {f"builder.commands.{command}", "builder.commands._shared"}  # and what it shares
+    assert f"builder.commands.{command}" in loaded
+    assert {m for m in loaded if m.startswith("builder.commands.")} <= own
+    assert "numpy" not in loaded
+
+
+def test_each_summary_is_the_first_line_of_the_command_modules_docstring() -> None:
+    for name in commands.names():
+        module = commands.load(name)
+        assert module.__doc__ is not None, name
+        assert commands.summary(name) == module.__doc__.strip().splitlines()[0]
