@@ -11,8 +11,6 @@ the manifest and the lock, starting nothing.
 
 from __future__ import annotations
 
-import tempfile
-from collections.abc import Mapping
 from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
@@ -28,25 +26,20 @@ from builder.claims import (
     roles_claim,
 )
 from builder.documents import read_document, read_sealed
-from builder.drift import Drift, DriftKind
+from builder.drift import Drift
 from builder.errors import BadInput, ReproError
+from builder.handoff.checks import handoff_checks
 from builder.hashing import sha256_bytes, sha256_file
-from builder.lock import EvidenceClass, Lock, MappedObject, OracleRowClaim
+from builder.lock import EvidenceClass, Lock, OracleRowClaim
 from builder.manifest import Manifest, Suite, expand
 from builder.native.auditreport import AuditDocument, AuditDrifts, ProcessEvidence
-from builder.native.dispatch import HostCapabilities, differs, predict
-from builder.native.kernels import KernelSet, dispatches
-from builder.native.loader import FileSystem, dlopen_closure, executable_closure
-from builder.native.loaderhost import HostFileSystem, RememberingFileSystem, host_config, read_cache
+from builder.native.kernels import KernelSet
 from builder.observations import (
     OBSERVATIONS_FILE,
     Observations,
     ObservationsDocument,
-    drifts,
-    observe,
 )
 from builder.observe.dispatch import DISPATCH_FILE, Probes
-from builder.observe.host import observe_host
 from builder.readers import LOCK_LIMIT, MANIFEST_LIMIT
 from builder.sealing import bundle
 from builder.sealing.bundle import KERNEL_SETS_DIR, SUITE_FILE, TEACHER_FILE
@@ -105,16 +98,18 @@ def verify(
     if not integrity.ok:
         return VerifyReport(path, integrity.key_ids, (), integrity.findings)
     sealed = OpenedBundle.read(path, anchor)
-    checks = recompute(sealed)
+    checks = recompute(sealed, handoff=not integrity.sealed_run)
     if not host:
         return VerifyReport(path, integrity.key_ids, checks, ())
+    from builder import hostcheck  # observing this host: only what `--host` runs imports it
+
     # The cheapest refusal first: on a host that selects other code, nothing else matters.
-    selected = dispatch_drifts(sealed, observe_host().capabilities())
+    selected = hostcheck.dispatch_drifts(sealed, hostcheck.capabilities())
     if selected:
         stopped = "this host selects other code than the record ran: nothing else observed"
         return VerifyReport(path, integrity.key_ids, checks, tuple(selected), stopped=stopped)
-    observed = observe(sealed.manifest)
-    findings = tuple(host_drifts(sealed, observed))
+    observed = hostcheck.observe(sealed.manifest)
+    findings = tuple(hostcheck.host_drifts(sealed, observed))
     return VerifyReport(path, integrity.key_ids, checks, findings, observed)
 
 
@@ -225,13 +220,15 @@ class SealedAudit:
 # --- claims recomputed from the sealed evidence ------------------------------------------------
 
 
-def recompute(sealed: OpenedBundle) -> tuple[ClaimCheck, ...]:
+def recompute(sealed: OpenedBundle, *, handoff: bool = True) -> tuple[ClaimCheck, ...]:
+    """Every claim of the lock recomputed from the sealed evidence; with `handoff` (a bundle, not
+    a sealed run), also its launcher, tools and README (`builder.handoff`)."""
     checks: list[ClaimCheck] = [_manifest_check(sealed)]
     try:
         if sealed.lock.record is not None:
-            checks.extend(imported.recompute(sealed.path, sealed.manifest, sealed.lock))
-            return tuple(checks)
-        checks.append(_content_check(sealed))
+            checks.extend(imported.recompute(sealed.path, sealed.manifest, sealed.lock, handoff))
+            return (*checks, *_handoff_checks(sealed, checks, handoff))
+        checks.append(_content_check(sealed, handoff))
         rows = _rows(sealed, 1)
         checks.extend(_oracle_checks(sealed, rows))
         checks.extend(_fresh_start_checks(sealed, rows))
@@ -241,19 +238,29 @@ def recompute(sealed: OpenedBundle) -> tuple[ClaimCheck, ...]:
         checks.append(_quality_check(sealed, rows))
         checks.extend(_observed_checks(sealed))
         checks.extend(_anchored_checks(sealed))
+        checks.extend(_handoff_checks(sealed, checks, handoff))
     except (ReproError, OSError, ValueError, KeyError) as error:
         detail = error.diagnostics() if isinstance(error, ReproError) else repr(error)
         checks.append(ClaimCheck("evidence", EvidenceClass.SEALED, "unreadable", False, detail))
     return tuple(checks)
 
 
-def _content_check(sealed: OpenedBundle) -> ClaimCheck:
+def _handoff_checks(
+    sealed: OpenedBundle, checks: list[ClaimCheck], handoff: bool
+) -> list[ClaimCheck]:
+    return handoff_checks(sealed.path, sealed.lock, checks) if handoff else []
+
+
+def _content_check(sealed: OpenedBundle, handoff: bool) -> ClaimCheck:
     """The bundle holds exactly what its manifest's run seals: the suite and the teacher, the
     kernel sets the manifest names, and every evidence file of each fresh start, no fewer (a
-    teardown record or a start's audit removed) and no more (a file nothing reads)."""
+    teardown record or a start's audit removed) and no more (a file nothing reads); a bundle
+    (not a sealed run) also its launcher, README and tools."""
     manifest = sealed.manifest
     roles = manifest.launch.processes
     expected = bundle.fixed_content(manifest.native.kernel_sets)
+    if handoff:
+        expected |= bundle.handoff_content(sealed.lock.bundle.repro_version)
     evidence = evidence_names(manifest.oracle.gates.fresh_starts, roles)
     evidence |= {OBSERVATIONS_FILE, DISPATCH_FILE}
     expected |= {f"{bundle.EVIDENCE_DIR}/{name}" for name in evidence}
@@ -616,148 +623,6 @@ def _anchored_checks(sealed: OpenedBundle) -> list[ClaimCheck]:
             "; ".join(differing),
         )
     ]
-
-
-# --- this host against the lock ------------------------------------------------------------------
-
-
-def dispatch_drifts(sealed: OpenedBundle, host: HostCapabilities) -> list[Drift]:
-    """Each locked choice of code against the one the sealed kernel sets predict for `host`."""
-    rules = dispatches(sealed.kernel_sets())
-    found = []
-    for claim in sealed.lock.native.dispatch:
-        if claim.name not in rules:
-            found.append(
-                Drift(
-                    kind=DriftKind.DISPATCH,
-                    subject=claim.name,
-                    expected=f"a dispatch rule in kernel set {claim.kernel_set}",
-                    observed="none in the sealed kernel sets",
-                    why="a recorded choice of code that no sealed rule can predict",
-                )
-            )
-            continue
-        here = predict(rules[claim.name][1], host, sealed.lock.launch.env)
-        drift = differs(claim.name, claim.variant, claim.facts, here)
-        if drift is not None:
-            found.append(drift)
-    return found
-
-
-def host_drifts(sealed: OpenedBundle, observed: Observations) -> list[Drift]:
-    """This machine against the manifest, then against every file hash the lock pins."""
-    # Model files: the manifest's pins are the lock's (recomputed offline), so the manifest's
-    # comparison above already names every file that differs here.
-    found = drifts(sealed.manifest, observed)
-    lock = sealed.lock
-    if observed.python is not None:
-        here = {d.name: d.version for d in observed.python.distributions}
-        found.extend(
-            _lock_drift(f"package {name}", version, here.get(name))
-            for name, version in sorted(lock.python.packages.items())
-            if here.get(name) != version
-        )
-    found.extend(native_drifts(lock, observed.values))
-    return found
-
-
-def native_drifts(lock: Lock, values: Mapping[str, str]) -> list[Drift]:
-    """Every locked mapping must be the same bytes at its place on this host, and no library
-    may shadow it: each is resolved again by its name through this environment's search."""
-    found = []
-    seen: set[str] = set()
-    for role, objects in sorted(lock.native.roles.items()):
-        for obj in objects:
-            if obj.path in seen or obj.sha256 is None:
-                continue
-            seen.add(obj.path)
-            path = expand(obj.path, values)
-            digest = _digest(path)
-            if digest != obj.sha256:
-                found.append(_lock_drift(f"{role}: {obj.path}", obj.sha256, digest))
-    found.extend(_shadowing(lock, values))
-    return found
-
-
-def _shadowing(lock: Lock, values: Mapping[str, str]) -> list[Drift]:
-    """Each role's dependencies resolved again by the loader emulation in the environment that
-    role started with: a need that now lands on another file than the locked one is shadowed
-    (a library dropped earlier on LD_LIBRARY_PATH, a RUNPATH directory, the cache)."""
-    found: list[Drift] = []
-    for role, objects in sorted(lock.native.roles.items()):
-        env = {k: expand(v, values) for k, v in lock.native.environments.get(role, {}).items()}
-        found.extend(role_shadowing(role, objects, values, env))
-    return found
-
-
-def role_shadowing(
-    role: str,
-    objects: tuple[MappedObject, ...],
-    values: Mapping[str, str],
-    env: Mapping[str, str],
-) -> list[Drift]:
-    executable = next((o for o in objects if o.rule == "executable"), None)
-    if executable is None:
-        return []
-    config, cache = host_config(env), read_cache()
-    # The server starts in a fresh, empty directory (`launch.spec`): resolve from one.
-    fs = RememberingFileSystem(HostFileSystem(tempfile.mkdtemp(prefix="repro-cwd-")))
-    locked = {fs.realpath(expand(o.path, values)): o for o in objects}
-    startup = executable_closure(expand(executable.path, values), config=config, cache=cache, fs=fs)
-    resolutions = list(startup.resolutions)
-    caller = next(o for o in startup.order if o.executable)
-    requesters = sorted(
-        {o.requester for o in objects if o.rule == "dependency" and o.requester} - {executable.path}
-    )
-    for requester in requesters:
-        closure = dlopen_closure(
-            expand(requester, values), caller, startup.order, config=config, cache=cache, fs=fs
-        )
-        resolutions.extend(closure.resolutions[1:])
-    drifts = []
-    for resolution in resolutions:
-        if resolution.path is None or not resolution.newly_loaded:
-            continue
-        real = fs.realpath(resolution.path)
-        if real in locked:
-            continue
-        drifts.append(
-            Drift(
-                kind=DriftKind.ORIGIN_DRIFT,
-                subject=f"{role}: {resolution.need}",
-                expected=_locked_for(resolution.need, objects, fs, values),
-                observed=f"{resolution.path} ({resolution.reason})",
-                why="the loader would now map another file than the locked one",
-            )
-        )
-    return drifts
-
-
-def _locked_for(
-    need: str, objects: tuple[MappedObject, ...], fs: FileSystem, values: Mapping[str, str]
-) -> str:
-    for obj in objects:
-        info = fs.read_elf(expand(obj.path, values))
-        if info is not None and need in (info.soname, Path(obj.path).name):
-            return obj.path
-    return "no locked library of that name"
-
-
-def _digest(path: str) -> str | None:
-    try:
-        return sha256_file(path)
-    except ReproError:
-        return None
-
-
-def _lock_drift(subject: str, expected: str, observed: str | None) -> Drift:
-    return Drift(
-        kind=DriftKind.CLAIM,
-        subject=subject,
-        expected=expected,
-        observed=observed or "missing",
-        why="this host differs from what the lock pins",
-    )
 
 
 def _rows(sealed: OpenedBundle, start: int) -> tuple[OracleRow, ...]:

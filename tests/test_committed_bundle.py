@@ -18,14 +18,15 @@ from pathlib import Path
 import pytest
 from conftest import REPO_ROOT
 
-from builder import verify as verify_module
+from builder import hostcheck
 from builder.cli import main
 from builder.drift import DriftKind
+from builder.hostcheck import dispatch_drifts
 from builder.native.dispatch import HostCapabilities
 from builder.observe.host import observe_host
 from builder.replay import PreflightRefused, launch
 from builder.sealing.keys import SigningKey, TrustedKeys
-from builder.verify import OpenedBundle, dispatch_drifts, verify
+from builder.verify import OpenedBundle, verify
 
 pytestmark = pytest.mark.server
 
@@ -145,9 +146,7 @@ def test_on_every_other_kind_of_host_verify_and_launch_refuse_before_anything_st
     assert len(others) == 2
     for kind in others:
         flags = tuple(sorted(KINDS[kind][0].cpu_flags))
-        monkeypatch.setattr(
-            verify_module, "observe_host", lambda f=flags: replace(here, cpu_flags=f)
-        )
+        monkeypatch.setattr(hostcheck, "observe_host", lambda f=flags: replace(here, cpu_flags=f))
         report = verify(BUNDLE, TRUSTED, host=True, anchor=ANCHOR)
         assert not report.ok and report.observations is None, kind
         vllm = next(d for d in report.findings if d.subject == "vllm._C")

@@ -1,0 +1,174 @@
+"""`repro verify --host`: this machine against a verified bundle, starting nothing.
+
+The choice of code this host's CPU makes against the recorded one first (the sealed kernel
+sets predict it from this host's facts), then this host's facts against the manifest
+(`builder.observations`), every locked package version, and every locked mapping: the same
+bytes at its place, hashed on every core, and no library that would shadow it when the loader
+emulation resolves each role's dependencies again in the environment that role started with.
+"""
+
+from __future__ import annotations
+
+import tempfile
+from collections.abc import Mapping
+from pathlib import Path
+
+from builder.drift import Drift, DriftKind
+from builder.errors import ReproError
+from builder.hashing import file_size, over_cores, sha256_file
+from builder.lock import Lock, MappedObject
+from builder.manifest import expand
+from builder.native.dispatch import HostCapabilities, differs, predict
+from builder.native.kernels import dispatches
+from builder.native.loader import FileSystem, dlopen_closure, executable_closure
+from builder.native.loaderhost import HostFileSystem, RememberingFileSystem, host_config, read_cache
+from builder.observations import Observations, drifts, observe
+from builder.observe.host import observe_host
+from builder.verify import OpenedBundle
+
+__all__ = ["capabilities", "dispatch_drifts", "host_drifts", "native_drifts", "observe"]
+
+
+def capabilities() -> HostCapabilities:
+    """The facts of this host that decide which code its stack selects."""
+    return observe_host().capabilities()
+
+
+def dispatch_drifts(sealed: OpenedBundle, host: HostCapabilities) -> list[Drift]:
+    """Each locked choice of code against the one the sealed kernel sets predict for `host`."""
+    rules = dispatches(sealed.kernel_sets())
+    found = []
+    for claim in sealed.lock.native.dispatch:
+        if claim.name not in rules:
+            found.append(
+                Drift(
+                    kind=DriftKind.DISPATCH,
+                    subject=claim.name,
+                    expected=f"a dispatch rule in kernel set {claim.kernel_set}",
+                    observed="none in the sealed kernel sets",
+                    why="a recorded choice of code that no sealed rule can predict",
+                )
+            )
+            continue
+        here = predict(rules[claim.name][1], host, sealed.lock.launch.env)
+        drift = differs(claim.name, claim.variant, claim.facts, here)
+        if drift is not None:
+            found.append(drift)
+    return found
+
+
+def host_drifts(sealed: OpenedBundle, observed: Observations) -> list[Drift]:
+    """This machine against the manifest, then against every file hash the lock pins."""
+    # Model files: the manifest's pins are the lock's (recomputed offline), so the manifest's
+    # comparison above already names every file that differs here.
+    found = drifts(sealed.manifest, observed)
+    lock = sealed.lock
+    if observed.python is not None:
+        here = {d.name: d.version for d in observed.python.distributions}
+        found.extend(
+            _lock_drift(f"package {name}", version, here.get(name))
+            for name, version in sorted(lock.python.packages.items())
+            if here.get(name) != version
+        )
+    found.extend(native_drifts(lock, observed.values))
+    return found
+
+
+def native_drifts(lock: Lock, values: Mapping[str, str]) -> list[Drift]:
+    """Every locked mapping must be the same bytes at its place on this host, and no library
+    may shadow it: each is resolved again by its name through this environment's search."""
+    locked: dict[str, tuple[str, str]] = {}  # placeholder path -> (role, sha256), first role
+    for role, objects in sorted(lock.native.roles.items()):
+        for obj in objects:
+            if obj.sha256 is not None:
+                locked.setdefault(obj.path, (role, obj.sha256))
+    paths = list(locked)
+    digests = over_cores([expand(p, values) for p in paths], _digest, file_size)
+    found = [
+        _lock_drift(f"{locked[path][0]}: {path}", locked[path][1], digest)
+        for path, digest in zip(paths, digests, strict=True)
+        if digest != locked[path][1]
+    ]
+    found.extend(_shadowing(lock, values))
+    return found
+
+
+def _shadowing(lock: Lock, values: Mapping[str, str]) -> list[Drift]:
+    """Each role's dependencies resolved again by the loader emulation in the environment that
+    role started with: a need that now lands on another file than the locked one is shadowed
+    (a library dropped earlier on LD_LIBRARY_PATH, a RUNPATH directory, the cache)."""
+    found: list[Drift] = []
+    for role, objects in sorted(lock.native.roles.items()):
+        env = {k: expand(v, values) for k, v in lock.native.environments.get(role, {}).items()}
+        found.extend(role_shadowing(role, objects, values, env))
+    return found
+
+
+def role_shadowing(
+    role: str,
+    objects: tuple[MappedObject, ...],
+    values: Mapping[str, str],
+    env: Mapping[str, str],
+) -> list[Drift]:
+    executable = next((o for o in objects if o.rule == "executable"), None)
+    if executable is None:
+        return []
+    config, cache = host_config(env), read_cache()
+    # The server starts in a fresh, empty directory (`launch.spec`): resolve from one.
+    fs = RememberingFileSystem(HostFileSystem(tempfile.mkdtemp(prefix="repro-cwd-")))
+    locked = {fs.realpath(expand(o.path, values)): o for o in objects}
+    startup = executable_closure(expand(executable.path, values), config=config, cache=cache, fs=fs)
+    resolutions = list(startup.resolutions)
+    caller = next(o for o in startup.order if o.executable)
+    requesters = sorted(
+        {o.requester for o in objects if o.rule == "dependency" and o.requester} - {executable.path}
+    )
+    for requester in requesters:
+        closure = dlopen_closure(
+            expand(requester, values), caller, startup.order, config=config, cache=cache, fs=fs
+        )
+        resolutions.extend(closure.resolutions[1:])
+    drifts = []
+    for resolution in resolutions:
+        if resolution.path is None or not resolution.newly_loaded:
+            continue
+        real = fs.realpath(resolution.path)
+        if real in locked:
+            continue
+        drifts.append(
+            Drift(
+                kind=DriftKind.ORIGIN_DRIFT,
+                subject=f"{role}: {resolution.need}",
+                expected=_locked_for(resolution.need, objects, fs, values),
+                observed=f"{resolution.path} ({resolution.reason})",
+                why="the loader would now map another file than the locked one",
+            )
+        )
+    return drifts
+
+
+def _locked_for(
+    need: str, objects: tuple[MappedObject, ...], fs: FileSystem, values: Mapping[str, str]
+) -> str:
+    for obj in objects:
+        info = fs.read_elf(expand(obj.path, values))
+        if info is not None and need in (info.soname, Path(obj.path).name):
+            return obj.path
+    return "no locked library of that name"
+
+
+def _digest(path: str) -> str | None:
+    try:
+        return sha256_file(path)
+    except ReproError:
+        return None
+
+
+def _lock_drift(subject: str, expected: str, observed: str | None) -> Drift:
+    return Drift(
+        kind=DriftKind.CLAIM,
+        subject=subject,
+        expected=expected,
+        observed=observed or "missing",
+        why="this host differs from what the lock pins",
+    )
