@@ -12,7 +12,6 @@ import os
 import sys
 from typing import Any
 
-from builder import render
 from builder.native.elf import read_elf
 from builder.native.ldcache import LdCache
 from builder.native.loader import (
@@ -23,7 +22,12 @@ from builder.native.loader import (
     dlopen_closure,
     executable_closure,
 )
-from builder.native.loaderhost import HostFileSystem, host_config, read_cache
+from builder.native.loaderhost import (
+    HostFileSystem,
+    RememberingFileSystem,
+    host_config,
+    read_cache,
+)
 
 _BRANCH, _LAST, _PIPE, _SPACE = "├── ", "└── ", "│   ", "    "
 
@@ -48,11 +52,11 @@ def configure_parser(parser: argparse.ArgumentParser) -> None:
 
 
 def execute(args: argparse.Namespace) -> int:
-    for path in [*args.after, *args.files]:
-        read_elf(path)  # refuses a missing, unreadable or non-ELF file before anything runs
-    config = host_config(_environment(args))
+    fs = RememberingFileSystem(HostFileSystem.here())  # every file is read once in a run
+    for path in dict.fromkeys([*args.after, *args.files]):
+        fs.remember(read_elf(path))  # a missing, unreadable or non-ELF file stops us here
+    config = host_config(_environment(args), fs=fs)
     cache = read_cache()
-    fs = HostFileSystem.here()
     if args.after:
         closures = _after(args.after, args.files, config, cache, fs)
     else:
@@ -61,7 +65,9 @@ def execute(args: argparse.Namespace) -> int:
             for path in args.files
         ]
     if args.json:
-        render.write_json({"files": [_file_json(path, c) for path, c in closures]})
+        from builder.render import write_json  # rich and pydantic: only when a document is asked
+
+        write_json({"files": [_file_json(path, c) for path, c in closures]})
     else:
         sys.stdout.write("".join(_tree(path, c) for path, c in closures))
     return 1 if any(c.failures for _, c in closures) else 0
@@ -72,7 +78,7 @@ def _after(
     files: list[str],
     config: LoaderConfig,
     cache: LdCache | None,
-    fs: HostFileSystem,
+    fs: RememberingFileSystem,
 ) -> list[tuple[str, Closure]]:
     """The first LOADED starts the process; the others, then each FILE, are dlopened in turn."""
     start = executable_closure(loaded_first[0], config=config, cache=cache, fs=fs)

@@ -16,7 +16,7 @@ as active and the entry's ISA level is supported); otherwise the first plain ent
 from __future__ import annotations
 
 import struct
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from builder.errors import BadInput
 
@@ -86,10 +86,16 @@ class CacheEntry:
 
 @dataclass(frozen=True)
 class LdCache:
-    """The entries of one cache file, in file order, and where it came from."""
+    """The entries of one cache file, in file order, and where it came from.
+
+    A lookup's answer is remembered (the entries never change), so a name asked by every
+    object of many closures costs one binary search."""
 
     source: str
     entries: tuple[CacheEntry, ...]
+    _answers: dict[tuple[str, CachePlatform], str | None] = field(
+        default_factory=dict, init=False, repr=False, compare=False
+    )
 
     @classmethod
     def from_bytes(cls, data: bytes, source: str = "/etc/ld.so.cache") -> LdCache:
@@ -98,6 +104,12 @@ class LdCache:
 
     def lookup(self, name: str, platform: CachePlatform) -> str | None:
         """The path ld.so takes from the cache for `name`, or None (glibc `search_cache`)."""
+        key = (name, platform)
+        if key not in self._answers:
+            self._answers[key] = self._search(name, platform)
+        return self._answers[key]
+
+    def _search(self, name: str, platform: CachePlatform) -> str | None:
         first = _first_match(self.entries, name)
         if first is None:
             return None

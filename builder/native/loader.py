@@ -402,7 +402,7 @@ class _Process:
             reason = "empty dynamic string token substitution: glibc skips this need"
             return self._failure(needed, requester, Outcome.DROPPED, reason, ()), None
         resolution, dep = self.map_object(requester, name, dlopen=dlopen)
-        return replace(resolution, need=needed), dep
+        return (resolution if name == needed else replace(resolution, need=needed)), dep
 
     def export(self, maps: Sequence[_Map]) -> tuple[LoadedObject, ...]:
         exported: dict[int, LoadedObject] = {}
@@ -664,6 +664,8 @@ class _Process:
 
     def _substitute(self, text: str, owner: _Map | None) -> str:
         """`_dl_dst_substitute`: "" when a known DST has no usable value."""
+        if "$" not in text:
+            return text
         out: list[str] = []
         check_trusted = False
         index = 0

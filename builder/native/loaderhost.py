@@ -13,7 +13,6 @@ import errno
 import os
 import re
 import subprocess
-import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -64,7 +63,7 @@ class HostFileSystem:
 
     def file_id(self, path: str) -> FileId | None:
         try:
-            st = Path(self._absolute(path)).stat()
+            st = os.stat(self._absolute(path))  # noqa: PTH116 (once per file tried: no Path)
         except OSError:
             return None
         return FileId(st.st_dev, st.st_ino)
@@ -77,13 +76,19 @@ class HostFileSystem:
 
 
 def host_config(
-    env: Mapping[str, str] | None = None, interpreter: str = DEFAULT_INTERPRETER
+    env: Mapping[str, str] | None = None,
+    interpreter: str = DEFAULT_INTERPRETER,
+    *,
+    fs: RememberingFileSystem | None = None,
 ) -> LoaderConfig:
     """The loader configuration of this host; LD_LIBRARY_PATH/LD_PRELOAD from `env` when given
-    (an ordinary process is never in secure mode)."""
+    (an ordinary process is never in secure mode). The interpreter's facts, read here, are
+    remembered in `fs` when given, so the run that uses it reads the file once."""
     diagnostics = loader_diagnostics(interpreter)
     subdirs = search_subdirectories(interpreter)
     elf = _interpreter_elf(interpreter)
+    if fs is not None:
+        fs.remember(elf)
     config = LoaderConfig(
         interpreter=interpreter,
         system_dirs=_system_dirs(diagnostics, interpreter),
@@ -144,7 +149,7 @@ def loader_diagnostics(interpreter: str = DEFAULT_INTERPRETER) -> dict[str, str]
 
 def search_subdirectories(interpreter: str = DEFAULT_INTERPRETER) -> tuple[str, ...]:
     """The suffixes ld.so tries inside every search directory, in its order, "" last."""
-    probe = f"/repro-probe-{uuid.uuid4().hex}"
+    probe = f"/repro-probe-{os.urandom(16).hex()}"
     env = {"LD_DEBUG": "libs", "LD_LIBRARY_PATH": probe, "PATH": os.environ.get("PATH", "")}
     output = _run([interpreter, "--list", "/bin/true"], env, interpreter, "LD_DEBUG=libs --list")
     for line in output.stderr.splitlines():
@@ -251,20 +256,39 @@ def _cache_platform(
 
 
 class RememberingFileSystem:
-    """A file-system view that reads each path once: one audit or verification asks for the
-    same few hundred objects from every process and closure, and the files do not change
-    under it. Make a new one for each judgement; it never outlives it."""
+    """A file-system view that reads each file once: one audit, verification or `repro closure`
+    asks for the same few hundred objects from every process and closure, and the files do not
+    change under it. A path already asked is answered from memory; a new path to a file already
+    read (a symlink, `$ORIGIN/../lib`, a hard link: the same st_dev and st_ino) reuses its facts
+    under the new name. Make a new one for each judgement; it never outlives it."""
 
     def __init__(self, inner: HostFileSystem) -> None:
         self._inner = inner
         self._elves: dict[str, ElfInfo | None] = {}
+        self._by_id: dict[FileId, ElfInfo] = {}
         self._ids: dict[str, FileId | None] = {}
         self._real: dict[str, str] = {}
 
+    def remember(self, info: ElfInfo) -> None:
+        """Facts already read from `info.path` (e.g. while checking the command line)."""
+        self._elves[info.path] = info
+        file_id = self.file_id(info.path)
+        if file_id is not None:
+            self._by_id.setdefault(file_id, info)
+
     def read_elf(self, path: str) -> ElfInfo | None:
-        if path not in self._elves:
-            self._elves[path] = self._inner.read_elf(path)
-        return self._elves[path]
+        if path in self._elves:
+            return self._elves[path]
+        file_id = self.file_id(path)
+        same = self._by_id.get(file_id) if file_id is not None else None
+        if same is not None:
+            info: ElfInfo | None = replace(same, path=path)
+        else:
+            info = self._inner.read_elf(path)
+            if info is not None and file_id is not None:
+                self._by_id[file_id] = info
+        self._elves[path] = info
+        return info
 
     def file_id(self, path: str) -> FileId | None:
         if path not in self._ids:

@@ -1,13 +1,21 @@
-"""`repro closure` in-process: the tree, the JSON document and the exit codes."""
+"""`repro closure` in-process: the tree, the JSON document, the exit codes, and its cost: every
+ELF file parsed once in a run, and nothing imported it does not use."""
 
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
+from collections import Counter
 from pathlib import Path
+from typing import IO
 
 import pytest
 
 from builder.cli import main
+from builder.native import elf, loaderhost
+from builder.native.elf import ElfInfo, parse_elf
 from builder.native.loaderhost import HostFileSystem
 
 from .conftest import Build, run_judge
@@ -103,3 +111,40 @@ def test_after_resolves_a_need_by_an_already_loaded_soname_as_glibc_does(
     judged = run_judge(exe, dlopen=str(extension))
     assert judged.returncode == 0, judged.stderr
     assert HostFileSystem("/").realpath(c10["path"]) in {path for _, path in judged.files}
+
+
+def test_each_elf_file_is_parsed_once_in_a_run_whatever_the_paths_to_it(
+    build: Build, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    build.lib("lib/libfoo.so")
+    link = build.symlink("links/libfoo.so", "../lib/libfoo.so")
+    by_origin = build.exe("bin/app", needed=["lib/libfoo.so"], runpath="$ORIGIN/../lib")
+    by_link = build.exe("other/app", needed=["lib/libfoo.so"], rpath=str(link.parent))
+    parsed: list[str] = []
+
+    def counting(stream: IO[bytes], path: str) -> ElfInfo:
+        parsed.append(os.path.realpath(path))
+        return parse_elf(stream, path)
+
+    monkeypatch.setattr(elf, "parse_elf", counting)
+    monkeypatch.setattr(loaderhost, "parse_elf", counting)
+
+    code = main(["closure", "--no-env", "--json", str(by_origin), str(by_link), str(by_origin)])
+
+    files = json.loads(capsys.readouterr().out)["files"]
+    assert code == 0
+    paths = {lib["path"] for f in files for lib in f["libraries"] if lib["need"] == "libfoo.so"}
+    assert paths == {f"{build.root}/bin/../lib/libfoo.so", f"{link}"}
+    assert [p for p, n in Counter(parsed).items() if n > 1] == []
+    assert os.path.realpath(build.root / "lib/libfoo.so") in parsed
+    assert os.path.realpath("/lib64/ld-linux-x86-64.so.2") in parsed
+
+
+def test_closure_imports_only_what_it_runs() -> None:
+    probe = "import sys, builder.commands.closure; print('\\n'.join(sorted(sys.modules)))"
+    loaded = subprocess.run(
+        [sys.executable, "-c", probe], capture_output=True, text=True, check=True
+    ).stdout.split()
+    assert "builder.commands.closure" in loaded
+    heavy = ("pydantic", "rich", "numpy", "httpx", "elftools", "builder.render", "builder.drift")
+    assert [m for m in loaded if m.split(".")[0] in heavy or m in heavy] == []
