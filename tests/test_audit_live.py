@@ -2,7 +2,10 @@
 
 The whole tree (API server, resource tracker, EngineCore, Worker) and its ~150 ELF objects must
 be explained by the loader emulation under the manifest's policy; the same stack without the
-manifest shows vLLM's own LD_PRELOAD; a library injected with LD_PRELOAD is refused by name.
+manifest shows vLLM's own LD_PRELOAD; a library injected with LD_PRELOAD into a server started
+as `python` on PATH (this module's one server of its own) is refused by name, with its
+variable, with the manifest and without. `test_audit_pyenv.py` compares the server started by
+full path and on PATH.
 """
 
 from __future__ import annotations
@@ -15,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import TINY_MANIFEST, TinyServer, TinyServerSpec
+from conftest import SERVE_VENV, TINY_MANIFEST, TinyServer, tiny_server_spec
 
 from builder.cli import main
 from builder.native.dispatch import predict
@@ -87,7 +90,7 @@ def test_a_declared_module_no_process_maps_is_drift(
         "--kernel-set", "cpu",
         "--module", "vllm._C",
         "--module", "vllm._no_such_kernels",
-        "--allow-preload", _libgomp(tiny_server),
+        "--allow-preload", _libgomp(),
     )  # fmt: skip
     assert code == 1
     (drift,) = report["drifts"]
@@ -111,7 +114,7 @@ def test_declared_roles_other_than_the_live_tree_are_drift(
         "--pid", str(tiny_server.pid),
         "--role", "api_server=1", "--role", "engine_core=1", "--role", "worker=2",
         "--role", "resource_tracker=1",
-        "--allow-preload", _libgomp(tiny_server),
+        "--allow-preload", _libgomp(),
     )  # fmt: skip
     assert code == 1
     (drift,) = report["drifts"]
@@ -120,32 +123,40 @@ def test_declared_roles_other_than_the_live_tree_are_drift(
     )  # fmt: skip
 
 
-def _libgomp(tiny_server: TinyServer) -> str:
-    python = Path(lifecycle.tree_members(tiny_server.pid)[0].cmdline()[0])
-    (site,) = (python.parent.parent / "lib").glob("python3.*/site-packages")
+def _libgomp() -> str:
+    """Torch's libgomp, which vLLM's CPU platform puts in LD_PRELOAD for what it spawns."""
+    (site,) = (SERVE_VENV / "lib").glob("python3.*/site-packages")
     return str(site / "torch" / "lib" / "libgomp.so.1")
 
 
-@pytest.fixture
-def injected_library(tmp_path: Path) -> Path:
-    source = tmp_path / "injected.c"
+@pytest.fixture(scope="module")
+def injected_library(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    directory = tmp_path_factory.mktemp("injected")
+    source = directory / "injected.c"
     source.write_text("int repro_injected_marker(void) { return 42; }\n")
-    library = tmp_path / "libinjected.so"
+    library = directory / "libinjected.so"
     subprocess.run(["gcc", "-shared", "-fPIC", "-o", str(library), str(source)], check=True)
     return library
 
 
-@pytest.fixture
+@pytest.fixture(scope="module")
 def preloaded_server(
-    tiny_server: TinyServer,
-    tiny_server_spec_factory: TinyServerSpec,
-    injected_library: Path,
-    tmp_path: Path,
+    tiny_server: TinyServer, injected_library: Path, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[lifecycle.RunningServer]:
-    spec = tiny_server_spec_factory(tiny_server.model_dir, lifecycle.free_port(), tmp_path)
+    """The server started as `python` on PATH with a library of nobody's in LD_PRELOAD."""
+    workdir = tmp_path_factory.mktemp("preloaded-server")
+    spec = tiny_server_spec(tiny_server.model_dir, lifecycle.free_port(), workdir)
     spec = dataclasses.replace(spec, env={**spec.env, "LD_PRELOAD": str(injected_library)})
+    spec = dataclasses.replace(spec, argv=("python", *spec.argv[1:]))  # found on PATH
     with lifecycle.serving(spec) as running:
         yield running
+
+
+def by_kind(report: dict[str, Any]) -> dict[str, list[dict[str, str]]]:
+    kinds: dict[str, list[dict[str, str]]] = {}
+    for drift in report["drifts"]:
+        kinds.setdefault(drift["kind"], []).append(drift)
+    return kinds
 
 
 def test_a_library_injected_with_ld_preload_is_refused_by_name(
@@ -158,12 +169,29 @@ def test_a_library_injected_with_ld_preload_is_refused_by_name(
     )
     assert code == 1
     injected = str(injected_library)
-    by_kind: dict[str, list[dict[str, str]]] = {}
-    for drift in report["drifts"]:
-        by_kind.setdefault(drift["kind"], []).append(drift)
-    assert set(by_kind) == {"forbidden-env", "unexpected-mapping"}
-    api = [d for d in by_kind["forbidden-env"] if "(api_server)" in d["subject"]]
+    kinds = by_kind(report)
+    assert set(kinds) == {"forbidden-env", "unexpected-mapping"}
+    api = [d for d in kinds["forbidden-env"] if "(api_server)" in d["subject"]]
     assert api and api[0]["observed"] == f"LD_PRELOAD={injected}"
-    mapped = {d["subject"].split(": ", 1)[1] for d in by_kind["unexpected-mapping"]}
+    mapped = {d["subject"].split(": ", 1)[1] for d in kinds["unexpected-mapping"]}
     assert mapped == {injected}
     assert all(injected in d["observed"] for d in report["drifts"])
+
+
+def test_without_the_manifest_the_injected_library_and_its_variable_are_all_it_finds(
+    preloaded_server: lifecycle.RunningServer,
+    injected_library: Path,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    code, report = audit_json(
+        capsys, "--pid", str(preloaded_server.pid), "--allow-preload", _libgomp()
+    )
+    assert code == 1
+    injected = str(injected_library)
+    kinds = by_kind(report)
+    assert set(kinds) == {"forbidden-env", "unexpected-mapping"}
+    assert {d["subject"].split(": ", 1)[1] for d in kinds["forbidden-env"]} == {"LD_PRELOAD"}
+    assert all(d["observed"].startswith(f"LD_PRELOAD={injected}") for d in kinds["forbidden-env"])
+    assert {d["subject"].split(": ", 1)[1] for d in kinds["unexpected-mapping"]} == {injected}
+    roles = {d["subject"].split(" ")[2].strip("():") for d in report["drifts"]}
+    assert roles == set(ROLES), "every process, the API server's LD_PRELOAD inherited by all"

@@ -2,22 +2,34 @@
 
 `repro audit --pid P` or `--port N` snapshots the whole process tree, hashes each mapped ELF
 once, replays the loader emulation for every process and reports each disagreement as a drift.
-Exit 0 when there is none, 1 when there is, 3 when the tree cannot be observed.
+Without `--manifest` or `--allow-root`, libraries may come from the Python environment each
+process runs in, its base installation and the loader's system directories; the table printed
+first says where each environment was found. Exit 0 when there is no drift, 1 when there is, 3
+when the tree cannot be observed.
 """
 
 from __future__ import annotations
 
 import argparse
+from dataclasses import dataclass
 from pathlib import Path
 
 from builder.errors import BadInput, ExitCode
 from builder.manifest import Manifest
+from builder.native.audit import AuditReport
 from builder.native.auditreport import print_report, report_document
 from builder.native.loaderhost import host_config
-from builder.native.policy import judge_tree, observe_tree, policy_from_flags, policy_from_manifest
+from builder.native.policy import (
+    DefaultRoots,
+    default_roots,
+    judge_tree,
+    observe_tree,
+    policy_from_flags,
+    policy_from_manifest,
+)
 from builder.native.processes import pid_listening_on
 from builder.observe.host import observe_host
-from builder.render import write_json
+from builder.render import console, table, write_json
 
 
 def configure_parser(parser: argparse.ArgumentParser) -> None:
@@ -29,8 +41,9 @@ def configure_parser(parser: argparse.ArgumentParser) -> None:
         action="append",
         default=[],
         metavar="DIR",
-        help="a directory libraries may be mapped from (repeatable); default: the loader's "
-        "system directories and the installation prefix of each process's executable",
+        help="a directory libraries may be mapped from (repeatable); default: the Python "
+        "environment each process runs in (found from its argv[0], PATH and pyvenv.cfg as its "
+        "interpreter found it), its base installation and the loader's system directories",
     )
     parser.add_argument(
         "--module",
@@ -70,29 +83,64 @@ def configure_parser(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--json", action="store_true", help="machine-readable report")
 
 
-def execute(args: argparse.Namespace) -> int:
+@dataclass(frozen=True)
+class Audit:
+    """One audit as `repro audit` judges it, and the default roots it took, if any."""
+
+    report: AuditReport
+    defaults: DefaultRoots | None
+    """The roots found for the tree when neither `--allow-root` nor `--manifest` gave them."""
+
+
+def audit(args: argparse.Namespace) -> Audit:
+    """Snapshot the tree the arguments name and judge it under the policy they describe: the
+    one judgement of `repro audit`, for the command and for any script that records it."""
     pid = args.pid if args.pid is not None else pid_listening_on(args.port)
     tree = observe_tree(pid, show_progress=not args.json)
     host = observe_host().capabilities()
     if args.manifest is not None:
         policy = policy_from_manifest(Manifest.from_path(args.manifest), host)
-    else:
-        policy = policy_from_flags(
-            tree,
-            host_config().system_dirs,
-            allowed_roots=args.allow_root,
-            modules=args.module,
-            roles=parse_roles(args.role),
-            preload=args.allow_preload,
-            kernel_sets=args.kernel_set,
-            host=host,
-        )
-    report = judge_tree(tree, policy)
+        return Audit(judge_tree(tree, policy), None)
+    system_dirs = host_config().system_dirs
+    defaults = None if args.allow_root else default_roots(tree, system_dirs)
+    policy = policy_from_flags(
+        tree,
+        system_dirs,
+        allowed_roots=args.allow_root or (defaults.roots if defaults else ()),
+        modules=args.module,
+        roles=parse_roles(args.role),
+        preload=args.allow_preload,
+        kernel_sets=args.kernel_set,
+        host=host,
+    )
+    return Audit(judge_tree(tree, policy), defaults)
+
+
+def execute(args: argparse.Namespace) -> int:
+    done = audit(args)
     if args.json:
-        write_json(report_document(report))
+        write_json(report_document(done.report))
     else:
-        print_report(report, objects=args.objects)
-    return int(ExitCode.PASS if report.passed else ExitCode.CHECK_FAILED)
+        if done.defaults is not None:
+            print_environments(done.defaults)
+        print_report(done.report, objects=args.objects)
+    return int(ExitCode.PASS if done.report.passed else ExitCode.CHECK_FAILED)
+
+
+def print_environments(defaults: DefaultRoots) -> None:
+    """Where each process's Python environment was found, and the roots that follow."""
+    out = console()
+    out.print(
+        table(
+            "Python environment of each process",
+            ("pid", "environment", "base", "how it was found"),
+            (
+                (found.pid, found.venv or "-", ", ".join(found.base), found.evidence())
+                for found in defaults.environments
+            ),
+        )
+    )
+    out.print("allowed roots: " + ", ".join(defaults.roots))
 
 
 def parse_roles(values: list[str]) -> dict[str, int]:

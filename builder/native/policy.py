@@ -2,13 +2,16 @@
 
 The assembly of the live audit: this host's loader configuration and cache, the snapshot of
 the tree, and the policy (allowed roots, declared modules and preloads, roles). The judgement
-itself is `builder.native.audit.judge`.
+itself is `builder.native.audit.judge`. Without a manifest the allowed roots are the Python
+environment each process runs in, found as its interpreter found it (`builder.native.pyenv`),
+its base installation and the loader's system directories, each named once by its real path.
 """
 
 from __future__ import annotations
 
 import sys
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
 from rich.progress import Progress, SpinnerColumn, TextColumn
@@ -19,6 +22,7 @@ from builder.native.dispatch import HostCapabilities
 from builder.native.kernels import KERNELS_DIR, KernelSet, dispatches
 from builder.native.loaderhost import HostFileSystem, RememberingFileSystem, host_config, read_cache
 from builder.native.processes import HashMemo, TreeSnapshot, snapshot_tree
+from builder.native.pyenv import Environment, Files, HostFiles, tree_environments
 from builder.observe.python import expand_all, path_values
 
 
@@ -46,6 +50,26 @@ def policy_from_manifest(
     )
 
 
+@dataclass(frozen=True)
+class DefaultRoots:
+    """The roots an audit without a manifest allows, and the environments they come from."""
+
+    roots: tuple[str, ...]
+    """Real paths, each once: every process's environment and base installation, then the
+    loader's system directories."""
+    environments: tuple[Environment, ...]
+
+
+def default_roots(
+    tree: TreeSnapshot, system_dirs: Sequence[str], files: Files | None = None
+) -> DefaultRoots:
+    """The environment each process of `tree` runs in, found as its interpreter found it
+    (`builder.native.pyenv`), its base installation, and the loader's system directories."""
+    environments = tree_environments(tree, files or HostFiles())
+    found = [root for environment in environments for root in environment.roots]
+    return DefaultRoots(_real([*found, *system_dirs]), environments)
+
+
 def policy_from_flags(
     tree: TreeSnapshot,
     system_dirs: Sequence[str],
@@ -57,13 +81,13 @@ def policy_from_flags(
     kernel_sets: Sequence[str] = (),
     host: HostCapabilities | None = None,
 ) -> AuditPolicy:
-    """Without a manifest: the roots given, else the loader's system directories and the
-    prefix (`bin/..`) of every executable, both the real one and the one it was started as.
-    A module a kernel set dispatches is expected as the variant it predicts for `host`."""
-    roots = tuple(allowed_roots) or (*system_dirs, *_executable_prefixes(tree))
+    """Without a manifest: the roots given, else `default_roots`. A platform set's driver
+    libraries and JIT artifacts are accepted where the set places them; a module a kernel set
+    dispatches is expected as the variant it predicts for `host`."""
+    roots = _real(allowed_roots) if allowed_roots else default_roots(tree, system_dirs).roots
     sets = tuple(KernelSet.load(name) for name in kernel_sets)
     return AuditPolicy(
-        allowed_roots=_real(roots),
+        allowed_roots=roots,
         modules=tuple(modules),
         roles=roles,
         preload=_real(preload),
@@ -95,15 +119,7 @@ def judge_tree(tree: TreeSnapshot, policy: AuditPolicy) -> AuditReport:
     return judge(tree, policy, loader)
 
 
-def _executable_prefixes(tree: TreeSnapshot) -> list[str]:
-    prefixes = {str(Path(p.exe).parent.parent) for p in tree.processes if p.exe}
-    prefixes |= {
-        str(Path(p.cmdline[0]).parent.parent)
-        for p in tree.processes
-        if p.cmdline and p.cmdline[0].startswith("/") and Path(p.cmdline[0]).parent.name == "bin"
-    }
-    return sorted(prefixes)
-
-
 def _real(paths: Sequence[str]) -> tuple[str, ...]:
-    return tuple(str(Path(path).resolve()) for path in paths)
+    """Each path by its real path, each once, in the order first named (`/lib` and `/usr/lib`
+    are one directory on a merged-/usr host, and a policy names it once)."""
+    return tuple(dict.fromkeys(str(Path(path).resolve()) for path in paths))
