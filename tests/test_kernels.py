@@ -1,7 +1,9 @@
 """The accelerator boundary: platform sets classify the real H200 audit, and nothing else passes.
 
-`tests/evidence/h200/` was captured on an NVIDIA H200 host by `capture.py` beside it: repro's live
-audit of a process that initialised CUDA, ran a cuBLAS matmul and a Triton kernel.
+`tests/evidence/h200/` was captured on an NVIDIA H200 host by an earlier version of `capture.py`
+beside it: repro's live audit of a process that initialised CUDA, ran a cuBLAS matmul and a
+Triton kernel (`workload.py`). The capture of today's `capture.py`, which judges as `repro audit`
+does, is `tests/evidence/h200-venv/` (tests/test_h200_venv_capture.py).
 """
 
 from __future__ import annotations
