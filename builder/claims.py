@@ -20,10 +20,10 @@ from builder.lock import (
     ThroughputClaim,
 )
 from builder.manifest import Manifest, Suite
-from builder.native.audit import module_file_stems
 from builder.native.auditreport import ProcessEvidence
 from builder.native.dispatch import DispatchKind, HostCapabilities, predict
 from builder.native.kernels import KernelSet
+from builder.native.modules import is_module_file
 from builder.observe.python import placeholder_path
 from builder.sealing.statement import repro_version
 from launch.evidence import OracleRow
@@ -138,7 +138,7 @@ def modules_claim(
     found = {
         module: match
         for module in modules
-        if (match := next((p for p in paths if p.endswith(module_file_stems(module))), None))
+        if (match := next((p for p in paths if is_module_file(p, module)), None))
     }
     return found | {c.name: c.path for c in dispatch if c.path is not None}
 
@@ -207,7 +207,7 @@ def dispatch_claims(
                     (variant, obj)
                     for variant in dispatch.names()
                     for obj in mapped.values()
-                    if obj.path.endswith(module_file_stems(variant))
+                    if is_module_file(obj.path, variant)
                 ]
                 names = sorted({variant for variant, _ in live})
                 if len(names) != 1:

@@ -17,7 +17,6 @@ origin drift (the same bytes elsewhere) from another library.
 
 from __future__ import annotations
 
-import importlib.machinery
 import posixpath
 import re
 from collections.abc import Iterable, Mapping, Sequence
@@ -40,6 +39,7 @@ from builder.native.loader import (
     dlopen_closure,
     executable_closure,
 )
+from builder.native.modules import is_module_file, module_file_description
 from builder.native.processes import MappedFile, ProcessSnapshot, TreeSnapshot
 from builder.native.procmaps import FileId
 
@@ -47,7 +47,6 @@ DEFAULT_FORBIDDEN_ENV = ("LD_PRELOAD", "LD_AUDIT")
 
 # Extension-module file suffixes of this interpreter family (e.g. .cpython-311-x86_64-linux-gnu.so,
 # .abi3.so, .so): how a module name becomes a file name.
-EXTENSION_SUFFIXES = tuple(importlib.machinery.EXTENSION_SUFFIXES)
 
 
 @dataclass(frozen=True)
@@ -146,12 +145,6 @@ def judge(tree: TreeSnapshot, policy: AuditPolicy, loader: LoaderInputs) -> Audi
     drifts.extend(_module_drifts(tree, policy))
     drifts.extend(_role_drifts(tree, policy.roles))
     return AuditReport(tree.root_pid, tuple(processes), tuple(tree.files.values()), tuple(drifts))
-
-
-def module_file_stems(module: str) -> tuple[str, ...]:
-    """The path endings an extension module `a.b._C` may be mapped under."""
-    relative = module.replace(".", "/")
-    return tuple(f"/{relative}{suffix}" for suffix in EXTENSION_SUFFIXES)
 
 
 def under_roots(path: str, roots: Iterable[str]) -> bool:
@@ -548,8 +541,7 @@ def _module_drifts(tree: TreeSnapshot, policy: AuditPolicy) -> list[Drift]:
                     subject=module,
                     expected=f"{expected} mapped by a process of the tree"
                     + (f" (selected here: {prediction.describe()})" if prediction else ""),
-                    observed="no process maps a file ending in "
-                    + " or ".join(module_file_stems(expected)),
+                    observed=f"no process maps a file {module_file_description(expected)}",
                     why="a declared module that no process maps did not run",
                 )
             )
@@ -570,7 +562,7 @@ def _module_drifts(tree: TreeSnapshot, policy: AuditPolicy) -> list[Drift]:
 
 
 def _maps_module(elf_paths: Sequence[str], module: str) -> bool:
-    return any(path.endswith(module_file_stems(module)) for path in elf_paths)
+    return any(is_module_file(path, module) for path in elf_paths)
 
 
 def _role_drifts(tree: TreeSnapshot, roles: Mapping[str, int]) -> list[Drift]:
