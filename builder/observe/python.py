@@ -46,6 +46,7 @@ from builder.drift import Drift, DriftKind
 from builder.errors import BadInput, NotObservable
 from builder.hashing import file_size, over_cores, sha256_file
 from builder.manifest import Manifest, Python, expand
+from builder.native.pyenv import parse_venv_config
 from builder.readers import ENVIRONMENT_FILE_LIMIT, NoSuchFile, parse_json, read_bytes
 
 INTERPRETER_TIMEOUT_S: Final = 30.0
@@ -73,11 +74,7 @@ class Venv:
                 found=error.found,
                 hint="create it with `make serve-env`",
             ) from error
-        text = data.decode("utf-8", errors="replace")
-        values = dict(
-            (key.strip(), value.strip())
-            for key, _, value in (line.partition("=") for line in text.splitlines())
-        )
+        values = parse_venv_config(data.decode("utf-8", errors="replace"))
         home, version = values.get("home"), values.get("version_info") or values.get("version")
         if not home or not version:
             raise NotObservable(
