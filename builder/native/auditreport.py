@@ -8,13 +8,16 @@ verify` reads those files back into the same model, validated whole.
 from __future__ import annotations
 
 from collections import Counter
+from typing import TYPE_CHECKING
 
 from pydantic import BaseModel, ConfigDict, RootModel
 
 from builder.documents import parse_document
 from builder.drift import Drift
-from builder.native.audit import AuditReport, ObjectVerdict
 from builder.render import console, drift_table, table
+
+if TYPE_CHECKING:  # the judgement itself: not loaded to read sealed evidence
+    from builder.native.audit import AuditReport, ObjectVerdict
 
 
 class _Document(BaseModel):
