@@ -9,6 +9,7 @@ the bundle's final path unless all of it holds.
 
 from __future__ import annotations
 
+import tempfile
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -26,6 +27,8 @@ from builder.claims import (
 )
 from builder.drift import Drift, DriftKind
 from builder.errors import ReproError
+from builder.handoff.launcher import HELPER_SOURCE, LAUNCHER_SOURCE
+from builder.handoff.readme import in_readme, render_readme
 from builder.hashing import sha256_file
 from builder.lock import (
     DispatchClaim,
@@ -51,9 +54,11 @@ from builder.observations import (
 from builder.observe.artifacts import ArtifactFacts, resolve_artifacts
 from builder.observe.dispatch import DISPATCH_FILE, probe_code_paths
 from builder.observe.python import placeholder_path
+from builder.observe.tools import build_tools
 from builder.sealing import bundle
 from builder.sealing.keys import SigningKey
-from builder.sealing.seal import BundleContent, SealedBundle, check_destination, seal
+from builder.sealing.seal import BundleContent, Handoff, SealedBundle, check_destination, seal
+from builder.verify import OpenedBundle, recompute
 from launch.run import RunPlan, RunRecord, capture_teacher, run_profile
 from launch.rundir import (
     AUDIT_DIR,
@@ -93,11 +98,69 @@ def build(
 ) -> BuildResult:
     say = progress or (lambda _message: None)
     manifest = Manifest.from_path(manifest_path)
+    check_destination(parent / manifest.bundle.name, force=force)
+    say("building the wheel of this repro and pinning its dependencies")
+    with tempfile.TemporaryDirectory(prefix="repro-tools-") as scratch:
+        handoff = handoff_for(Path(scratch))
+        if manifest.evidence is not None:
+            return _build_imported(
+                manifest, manifest_path, key, parent, run_dir, force=force, say=say, handoff=handoff
+            )
+        return _build_live(
+            manifest, manifest_path, key, parent, run_dir, force=force, say=say, handoff=handoff
+        )
+
+
+def handoff_for(directory: Path) -> Handoff:
+    """What lets the bundle run where repro never was: the running repro's wheel and pinned
+    dependencies (built into `directory`), the launcher, and the README made from the staged
+    bundle."""
+    tools = build_tools(directory)
+    return Handoff(
+        launcher=LAUNCHER_SOURCE,
+        tools={
+            tools.wheel.name: tools.wheel,
+            bundle.REQUIREMENTS_FILE: tools.requirements,
+            bundle.LAUNCH_HELPER: HELPER_SOURCE,
+        },
+        readme=staged_readme,
+    )
+
+
+def staged_readme(staged: Path) -> bytes:
+    """README.md of the bundle staged at `staged`, from the claims recomputed there as verify
+    recomputes them; refused when one does not hold: repro seals nothing its verify refuses."""
+    opened = OpenedBundle.read(staged)
+    checks = recompute(opened, handoff=False)
+    failed = [
+        Drift(
+            kind=DriftKind.CLAIM,
+            subject=check.claim,
+            expected="the claim recomputed from the staged bundle",
+            observed=check.detail or check.value,
+            why="a bundle is sealed only when verify would recompute every claim",
+        )
+        for check in checks
+        if in_readme(check) and not check.ok
+    ]
+    if failed:
+        raise BuildRefused("the staged bundle does not verify", failed, where=str(staged))
+    return render_readme(opened.lock, checks)
+
+
+def _build_live(
+    manifest: Manifest,
+    manifest_path: Path,
+    key: SigningKey,
+    parent: Path,
+    run_dir: Path,
+    *,
+    force: bool,
+    say: Progress,
+    handoff: Handoff,
+) -> BuildResult:
     suite = manifest.load_suite()
     kernel_sets = tuple(KernelSet.load(name) for name in manifest.native.kernel_sets)
-    check_destination(parent / manifest.bundle.name, force=force)
-    if manifest.evidence is not None:
-        return _build_imported(manifest, manifest_path, key, parent, run_dir, force=force, say=say)
     say("observing every pinned fact")
     observed = observe(manifest)
     found = drifts(manifest, observed)
@@ -153,6 +216,7 @@ def build(
         oracle={bundle.SUITE_FILE: suite_path, bundle.TEACHER_FILE: teacher_path},
         evidence=evidence_files(run_dir, len(record.starts)),
         kernels=kernel_set_files(manifest.native.kernel_sets),
+        handoff=handoff,
     )
     sealed = seal(content, key, parent, force=force, progress=None)
     return BuildResult(sealed, lock, record)
@@ -167,6 +231,7 @@ def _build_imported(
     *,
     force: bool,
     say: Progress,
+    handoff: Handoff,
 ) -> BuildResult:
     """A record produced elsewhere: it must pass the manifest's gates on its own evidence."""
     say("recomputing the imported record from its evidence")
@@ -178,7 +243,15 @@ def _build_imported(
         raise BuildRefused("the record fails its own checks", refusals, where=str(manifest_path))
     say("sealing")
     sealed, lock = imported.seal_record(
-        manifest, manifest_path, files, record, key=key, parent=parent, workdir=workdir, force=force
+        manifest,
+        manifest_path,
+        files,
+        record,
+        key=key,
+        parent=parent,
+        workdir=workdir,
+        force=force,
+        handoff=handoff,
     )
     return BuildResult(sealed, lock, None)
 
@@ -211,12 +284,15 @@ def assemble_lock(
     teacher_sha256: str,
     dispatch: tuple[DispatchClaim, ...],
     artifacts: ArtifactFacts,
+    manifest_sha256: str | None = None,
 ) -> Lock:
+    """The lock of a run of `manifest`; its digest is that of the file at `manifest_source`
+    unless given (a replay's manifest is the bundle's sealed copy, wherever the build read it)."""
     values = observed.values
     audit = _first_audit(record)
     roles = roles_claim(audit, values)
     return Lock(
-        bundle=bundle_claim(manifest, manifest_source),
+        bundle=bundle_claim(manifest, manifest_source, manifest_sha256=manifest_sha256),
         host=HostClaim(
             evidence=EvidenceClass.LIVE,
             facts=observed.host.to_json(),

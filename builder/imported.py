@@ -37,7 +37,7 @@ from builder.native.kernels import KERNELS_DIR, kernel_set_files, runtime_marker
 from builder.readers import EVIDENCE_LIMIT, read_bytes
 from builder.sealing import bundle
 from builder.sealing.keys import SigningKey
-from builder.sealing.seal import BundleContent, SealedBundle, seal
+from builder.sealing.seal import BundleContent, Handoff, SealedBundle, seal
 from launch import gates
 from launch.evidence import Teacher, Verdict
 from launch.historical import (
@@ -368,8 +368,10 @@ def seal_record(
     parent: Path,
     workdir: Path,
     force: bool,
+    handoff: Handoff | None = None,
 ) -> tuple[SealedBundle, Lock]:
-    """Seal the imported files verbatim with a lock of sealed and declared claims."""
+    """Seal the imported files verbatim with a lock of sealed and declared claims, and
+    `handoff`, what lets the bundle run where repro never was."""
     if files.model_files is not None:
         problems = model_files_problems(
             manifest, _text(files.model_files, "the release-file listing"), str(files.model_files)
@@ -402,6 +404,7 @@ def seal_record(
         oracle={bundle.SUITE_FILE: suite_path, bundle.TEACHER_FILE: teacher_path},
         evidence=files.sealed_names(),
         kernels=kernel_set_files(manifest.native.kernel_sets),
+        handoff=handoff,
     )
     return seal(content, key, parent, force=force), lock
 
@@ -445,14 +448,16 @@ def _identity(path: Path | None) -> Identity:
 # --- recomputed by repro verify ---------------------------------------------------------------
 
 
-def recompute(path: Path, manifest: Manifest, lock: Lock) -> list[ClaimCheck]:
+def recompute(path: Path, manifest: Manifest, lock: Lock, handoff: bool = True) -> list[ClaimCheck]:
     """Every sealed claim of an imported bundle recomputed from its sealed copies, each with
-    the value a person checks; the declared ones listed as such, unchecked."""
+    the value a person checks; the declared ones listed as such, unchecked. With `handoff`, its
+    content holds the launcher, README and tools every bundle `repro build` seals."""
     assert manifest.evidence is not None and lock.record is not None
     files = ImportedFiles.in_bundle(path, manifest.evidence)
     record = load_record(files)
     sealed = EvidenceClass.SEALED
-    checks = [_content_check(path, manifest, files), *_oracle_checks(path, manifest, lock, record)]
+    content = _content_check(path, manifest, files, lock, handoff)
+    checks = [content, *_oracle_checks(path, manifest, lock, record)]
     claim = record_claim(manifest, record, files.kernels)
     checks.extend(_record_checks(claim, lock.record))
     if files.model_files is not None:
@@ -512,10 +517,14 @@ def _lock_check(
     )
 
 
-def _content_check(path: Path, manifest: Manifest, files: ImportedFiles) -> ClaimCheck:
+def _content_check(
+    path: Path, manifest: Manifest, files: ImportedFiles, lock: Lock, handoff: bool
+) -> ClaimCheck:
     """The bundle holds the suite, the teacher, the manifest's kernel sets and the record's
-    files as the manifest names them, and nothing else."""
+    files as the manifest names them, its launcher, README and tools, and nothing else."""
     named = {f"{bundle.EVIDENCE_DIR}/{name}" for name in files.sealed_names() if name != RUN}
+    if handoff:
+        named |= bundle.handoff_content(lock.bundle.repro_version)
     return content_check(
         "content = the record's files as the manifest names them",
         bundle.content_files(path),

@@ -94,6 +94,7 @@ def launch(
             teacher_sha256=sha256_file(teacher_path),
             dispatch=dispatch.claims,
             artifacts=artifacts,
+            manifest_sha256=sha256_file(path / bundle.MANIFEST),
         )
         content = BundleContent(
             name=name,
@@ -106,6 +107,7 @@ def launch(
             },
             evidence=evidence_files(run_dir, len(record.starts)),
             kernels=kernel_set_files(manifest.native.kernel_sets, kernels),
+            run=True,
         )
         sealed = seal(content, signing_key, runs)
     return Replay(preflight, record, sealed)

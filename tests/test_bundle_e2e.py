@@ -25,7 +25,8 @@ from builder.manifest import Manifest
 from builder.replay import launch
 from builder.sealing import bundle
 from builder.sealing.keys import SigningKey, TrustedKeys
-from builder.sealing.seal import BundleContent, seal
+from builder.sealing.seal import BundleContent, Handoff, seal
+from builder.sealing.statement import Statement, repro_version
 from builder.verify import VerifyReport, verify
 from launch.run import ForbiddenEnvironment
 
@@ -67,6 +68,11 @@ def reseal(source: Path, parent: Path, edit: Callable[[Path], None]) -> Path:
         oracle={p.name: p for p in (staging / bundle.ORACLE_DIR).iterdir()},
         evidence={p.name: p for p in (staging / bundle.EVIDENCE_DIR).iterdir()},
         kernels={p.name: p for p in (staging / bundle.KERNEL_SETS_DIR).iterdir()},
+        handoff=Handoff(
+            launcher=staging / bundle.LAUNCHER,
+            tools={p.name: p for p in (staging / bundle.TOOLS_DIR).iterdir()},
+            readme=lambda _: (staging / bundle.README).read_bytes(),  # as built: it may now lie
+        ),
     )
     (parent / "out").mkdir()
     return seal(content, KEY, parent / "out").path
@@ -151,23 +157,26 @@ def _prefix_cache_hits(path: Path) -> None:
     path.write_text("\n".join(lines) + "\n")
 
 
+README = "README.md = the claims recomputed above"
+"""Fails with every claim whose recomputed value is no longer the one the README states."""
+
 EVIDENCE_EDITS = {
     "one token in one row": (
         "evidence/start-1/rows.json", _one_token,
         ["oracle.rows (token ids, text sha256)", "oracle/teacher.json = bench rows",
-         "fresh start 2 reproduces token ids", "gates (every verdict recomputed)"],
+         "fresh start 2 reproduces token ids", "gates (every verdict recomputed)", README],
     ),
     "the teacher's token changed": (
         "oracle/teacher.json",
         lambda t: {**t, "rows": [{**t["rows"][0], "token_ids": [1]}, *t["rows"][1:]]},
-        ["oracle.teacher_sha256", "oracle/teacher.json = bench rows"],
+        ["oracle.teacher_sha256", "oracle/teacher.json = bench rows", README],
     ),
     "a locked module no longer mapped": (
         "evidence/start-1/audit/worker.json", _drop_vllm_c,
         ["native.roles (live audit of every process)"],
     ),
     "a slower run's offsets": (
-        "evidence/start-1/rows.json", _slower, ["oracle.throughput.conventional_median"],
+        "evidence/start-1/rows.json", _slower, ["oracle.throughput.conventional_median", README],
     ),
     "a failed gate": (
         "evidence/verdicts.json", _failed_gate, ["gates (every verdict recomputed)"],
@@ -176,11 +185,11 @@ EVIDENCE_EDITS = {
         "evidence/verdicts.json", _no_verdicts, ["gates (every verdict recomputed)"],
     ),
     "a cached prefix in a row": (
-        "evidence/start-1/rows.json", _cached, ["gates (every verdict recomputed)"],
+        "evidence/start-1/rows.json", _cached, ["gates (every verdict recomputed)", README],
     ),
     "the second start's tokens": (
         "evidence/start-2/rows.json", _one_token,
-        ["fresh start 2 reproduces token ids", "gates (every verdict recomputed)"],
+        ["fresh start 2 reproduces token ids", "gates (every verdict recomputed)", README],
     ),
 }  # fmt: skip
 
@@ -221,19 +230,22 @@ def _set(*path: str | int, value: object) -> Callable[[dict[str, Any]], None]:
 LOCK_EDITS = {
     "a model file's sha256": (
         _set("models", 0, "files", "model.safetensors", value="0" * 64),
-        ["models[target].files", LOCKED],
+        ["models[target].files", LOCKED, README],
     ),
-    "the interpreter": (_set("python", "interpreter", value="3.11.9"), [LOCKED]),
+    "the interpreter": (_set("python", "interpreter", value="3.11.9"), [LOCKED, README]),
     "the launch argv": (
         _set("launch", "argv", value=["{python}", "-m", "vllm.entrypoints.openai.api_server"]),
-        [LOCKED],
+        [LOCKED, README],
     ),
-    "the launch environment": (_set("launch", "env", "LANG", value="C"), [LOCKED]),
+    "the launch environment": (_set("launch", "env", "LANG", value="C"), [LOCKED, README]),
     "the host's accelerators": (
         _set("host", "facts", "accelerators", value=[{"vendor_device": "8086:e223"}] * 8),
         ["host.facts"],
     ),
-    "the bundle's description": (_set("bundle", "description", value="a record"), [LOCKED]),
+    "the bundle's description": (
+        _set("bundle", "description", value="a record"),
+        [LOCKED, README],
+    ),
     "the recorded dispatch": (
         lambda lock: _set(
             "native",
@@ -244,7 +256,7 @@ LOCK_EDITS = {
             if lock["native"]["dispatch"][0]["variant"] != "vllm._C"
             else "vllm._C_AVX2",
         )(lock),
-        ["native.dispatch (variant and deciding facts)"],
+        ["native.dispatch (variant and deciding facts)", README],
     ),
 }
 
@@ -268,7 +280,7 @@ def test_prefix_cache_hits_in_the_sealed_metrics_fail_the_recomputed_gate(
         lambda root: _prefix_cache_hits(root / "evidence/start-1/metrics-after.prom"),
     )
     report = verify(copy, TRUSTED)
-    assert failed_claims(report) == ["gates (every verdict recomputed)"]
+    assert failed_claims(report) == ["gates (every verdict recomputed)", README]
     gates = next(c for c in report.checks if c.claim.startswith("gates"))
     assert "prefix_cache_hit_delta_zero: recomputed fail" in gates.detail
 
@@ -282,7 +294,7 @@ def test_the_model_revision_changed_in_the_manifest_is_refused(
         (root / bundle.MANIFEST).write_text(text.replace(revision, "0" * 40))
 
     report = verify(reseal(bundle_path, tmp_path, other_revision), TRUSTED)
-    assert failed_claims(report) == ["bundle.manifest_sha256", LOCKED]
+    assert failed_claims(report) == ["bundle.manifest_sha256", LOCKED, README]
 
 
 def test_a_package_version_changed_in_the_lock_is_refused_offline_and_on_the_host(
@@ -392,6 +404,9 @@ def test_a_launch_replays_the_bundle_and_seals_a_run_that_verifies(
     assert replay.sealed is not None
     report = verify(replay.sealed.path, TRUSTED)
     assert report.ok, failed_claims(report)
+    statement = Statement.from_json((replay.sealed.path / bundle.STATEMENT).read_bytes(), where="")
+    assert statement.sealed_run, "sealed as a run: evidence to verify, not a bundle to hand over"
+    assert not bundle.handoff_content(repro_version()) & bundle.content_files(replay.sealed.path)
     lock = json.loads((replay.sealed.path / bundle.LOCK).read_text())
     assert lock["launch"]["profile"] == "candidate"
     teacher = json.loads((bundle_path / bundle.LOCK).read_text())["oracle"]["rows"]

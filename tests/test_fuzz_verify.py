@@ -72,20 +72,25 @@ from hypothesis.errors import InvalidArgument
 from builder.canonical import canonical_json
 from builder.cli import main
 from builder.errors import ReproError
+from builder.readers import EVIDENCE_LIMIT, read_bytes
 from builder.sealing import dsse
 from builder.sealing.bundle import (
     ENVELOPE,
     EVIDENCE_DIR,
     KERNEL_SETS_DIR,
+    LAUNCH_HELPER,
+    LAUNCHER,
     LOCK,
     MANIFEST,
     ORACLE_DIR,
+    README,
     SHA256SUMS,
     STATEMENT,
+    TOOLS_DIR,
     render_sha256sums,
 )
 from builder.sealing.keys import SigningKey
-from builder.sealing.seal import BundleContent, seal
+from builder.sealing.seal import BundleContent, Handoff, seal
 from builder.sealing.statement import Statement, statement_for
 
 REPO = Path(__file__).resolve().parent.parent
@@ -100,8 +105,13 @@ AS_IS_EXAMPLES = max(1, round(1300 * SCALE))
 CLAIM_EXAMPLES = max(1, round(420 * SCALE))
 MIXED_EXAMPLES = max(1, round(300 * SCALE))
 
+HANDOFF_CLAIM_BEARING = (LAUNCHER, README, f"{TOOLS_DIR}/{LAUNCH_HELPER}")
+"""In every bundle: the launcher and its helper are the ones repro writes, the README the one
+made from the claims recomputed."""
+
 CLAIM_BEARING = {
     "tiny-cpu": (
+        *HANDOFF_CLAIM_BEARING,
         LOCK,
         MANIFEST,
         "oracle/suite.json",
@@ -112,6 +122,7 @@ CLAIM_BEARING = {
         "evidence/dispatch.json",
     ),
     "laguna-102tps": (
+        *HANDOFF_CLAIM_BEARING,
         LOCK,
         MANIFEST,
         "oracle/suite.json",
@@ -147,6 +158,10 @@ UNCHECKED = {
         "evidence/start-*/server.json": "1 MiB of '['",
         "evidence/start-*/teardown.json": "its content (its presence is checked)",
         "kernels/cpu.toml": "a probe's 'probe' or 'decided_by' string changed",
+        "tools/requirements.txt": "a pin's sha256 changed: verify asks no package index; the "
+        "launcher's pip refuses what the index does not serve",
+        "tools/repro-*.whl": "a zip header's timestamp: the files its RECORD hashes are checked, "
+        "and its name, version and dependencies",
     },
     "laguna-102tps": {
         "evidence/identity.json": "python_packages.torch '2.12.0+xpu' -> '2.12.0+xp'; "
@@ -155,6 +170,8 @@ UNCHECKED = {
         "evidence/files/model-directory-verification.sha256": "byte 0 ^= 0x01",
         "evidence/files/pip-freeze-observed.txt": "a line changed",
         "kernels/*.toml": "a description or comment changed",
+        "tools/requirements.txt": "as for tiny-cpu",
+        "tools/repro-*.whl": "as for tiny-cpu",
         "evidence/run/*": "with its line in evidence/files/record-run.sha256 updated: "
         "exactness-vs-q1.json all_exact True -> False, an idle snapshot's 'accepted_mode' "
         "deleted",
@@ -390,6 +407,12 @@ def reseal(staging: Path, source: str) -> Resealed | None:
         oracle=_sources(staging / ORACLE_DIR),
         evidence=_sources(staging / EVIDENCE_DIR),
         kernels=_sources(staging / KERNEL_SETS_DIR),
+        handoff=Handoff(
+            launcher=staging / LAUNCHER,
+            tools=_sources(staging / TOOLS_DIR),
+            # as staged: a README the sealer would not write is the mutation under test
+            readme=lambda _: read_bytes(staging / README, limit=EVIDENCE_LIMIT, what=README),
+        ),
     )
     out = staging.parent.parent / "sealed"
     out.mkdir()
@@ -763,9 +786,10 @@ EXTRA_NAMES = ("extra.json", "rows.json", ".hidden", "x\u0085y", "x\u202ey.json"
 
 
 def add_extra(data: st.DataObject, bundle: Path, content_only: bool) -> str:
-    """An extra file or directory; under oracle/, evidence/ or kernels/ when `content_only`
-    (what a re-seal takes), anywhere otherwise."""
+    """An extra file or directory; under oracle/, evidence/, kernels/ or tools/ when
+    `content_only` (what a re-seal takes), anywhere otherwise."""
     places = [ORACLE_DIR, EVIDENCE_DIR, f"{EVIDENCE_DIR}/start-1", KERNEL_SETS_DIR, "evidence/new"]
+    places.append(TOOLS_DIR)
     if not content_only:
         places += ["", "new"]
     place = data.draw(st.sampled_from(places), label="directory")

@@ -22,7 +22,7 @@ from builder.lock import EvidenceClass
 from builder.manifest import Manifest
 from builder.sealing import bundle
 from builder.sealing.keys import SigningKey, TrustedKeys
-from builder.sealing.seal import BundleContent, seal
+from builder.sealing.seal import BundleContent, Handoff, seal
 from builder.verify import VerifyReport, verify
 from launch.run import RunPlan, run_profile
 
@@ -96,6 +96,11 @@ def reseal(tmp_path: Path, edit: Callable[[Path], None]) -> Path:
         oracle={p.name: p for p in (staging / bundle.ORACLE_DIR).iterdir()},
         evidence={p.name: p for p in (staging / bundle.EVIDENCE_DIR).iterdir()},
         kernels={p.name: p for p in (staging / bundle.KERNEL_SETS_DIR).iterdir()},
+        handoff=Handoff(
+            launcher=staging / bundle.LAUNCHER,
+            tools={p.name: p for p in (staging / bundle.TOOLS_DIR).iterdir()},
+            readme=lambda _: (staging / bundle.README).read_bytes(),  # as committed
+        ),
     )
     (tmp_path / "out").mkdir()
     return seal(content, KEY, tmp_path / "out").path
@@ -175,6 +180,8 @@ def _idle_removed(root: Path) -> None:
 
 CHECKSUMS = "the record's own checksum lists = its files"
 LOCKED = "lock = the sealed manifest, identity and record"
+README = "README.md = the claims recomputed above"
+"""The README sealed with the record states the values it had: changed, it no longer does."""
 
 TAMPERING = {
     "one token in one row": (
@@ -211,7 +218,7 @@ def test_evidence_changed_before_sealing_fails_the_claim_it_backs(
     edit, claims = TAMPERING[case]
     report = verify(reseal(tmp_path, edit), TRUSTED)
     assert report.findings == (), "the signature and every digest hold"
-    assert failed(report) == [*claims, CHECKSUMS, LOCKED]
+    assert failed(report) == [*claims, CHECKSUMS, LOCKED, README]
 
 
 def _lock(change: Callable[[dict[str, Any]], None]) -> Callable[[Path], None]:
@@ -260,7 +267,7 @@ def test_a_lock_that_lies_about_a_declared_value_is_refused(tmp_path: Path, case
     a lock that says otherwise is refused, never printed as if it were the record's."""
     report = verify(reseal(tmp_path, _lock(LOCK_LIES[case])), TRUSTED)
     assert report.findings == ()
-    assert failed(report) == [LOCKED]
+    assert failed(report) == [LOCKED, README]
     lock_check = next(c for c in report.checks if c.claim == LOCKED)
     assert lock_check.detail.startswith("differs: ")
 

@@ -35,7 +35,7 @@ DEADLINE_S = 10
 RANK = r"^\((Worker_TP\d+_EP\d+) pid=\d+\)"
 DECLARING = (
     "manifests/*.toml",
-    "kernels/*.toml",
+    "builder/kernels/*.toml",
     "tests/manifests/*.toml",
     "repro/*/manifest.toml",
     "repro/*/kernels/*.toml",

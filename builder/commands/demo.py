@@ -20,7 +20,7 @@ from builder import tinymodel
 from builder.build import BuildRefused, build
 from builder.commands._shared import output_directory, print_report, report_document
 from builder.commands.run import print_summary
-from builder.errors import ExitCode
+from builder.errors import BadInput, ExitCode
 from builder.manifest import Manifest
 from builder.render import console, drift_table, table, write_json
 from builder.replay import PreflightRefused, launch
@@ -38,6 +38,13 @@ def configure_parser(parser: argparse.ArgumentParser) -> None:
 
 
 def execute(args: argparse.Namespace) -> int:
+    if not DEFAULT_MANIFEST.is_file():
+        raise BadInput(
+            "repro demo runs from a checkout of repro",
+            where=str(DEFAULT_MANIFEST),
+            found="no embedded default manifest: this repro is installed without its source",
+            hint="run it from a clone of the repository (`make demo`)",
+        )
     out = args.out or Path(tempfile.mkdtemp(prefix="repro-demo-"))
     output_directory(out / "bundles", option="--out")
     manifest_path = Path(os.path.relpath(DEFAULT_MANIFEST))

@@ -1,4 +1,5 @@
-"""Kernel sets of the repository's `kernels/` folder, and the accelerator boundary they draw.
+"""Kernel sets (`builder/kernels/*.toml`, shipped with the package), and the accelerator boundary
+they draw.
 
 A platform set (`cuda`, `xpu`, `cpu`) says what a serving process may map that no DT_NEEDED
 closure explains: the driver's own libraries and device nodes (allowed from the driver's roots,
@@ -40,7 +41,8 @@ from builder.manifest import PATH_PLACEHOLDERS, LogMarker, expand, placeholders_
 from builder.native.dispatch import Dispatch
 from builder.readers import KERNEL_SET_LIMIT, NoSuchFile, read_toml
 
-KERNELS_DIR = Path(__file__).resolve().parents[2] / "kernels"
+KERNELS_DIR = Path(__file__).resolve().parents[1] / "kernels"
+"""The kernel sets repro ships, as package data: an installed repro finds them too."""
 
 # A Python extension module: a PEP 3149 or stable-ABI file name inside an installation's
 # package directories, or any module of CPython's own lib-dynload. The same name elsewhere (a

@@ -8,6 +8,10 @@ repro/<name>/
   evidence/              server log, metrics, bench rows, maps snapshots, ...
   kernels/               the kernel sets the manifest names, verbatim: their pins and dispatch
                          rules are judged from these copies, never from a repository's
+  launch                 executable sh: runs the bundle where repro never was (`builder/handoff`)
+  README.md              what the bundle claims, how to run it, how to check it without repro
+  tools/                 the repro that sealed it: its wheel, its runtime dependencies pinned by
+                         sha256 (requirements.txt), and launch_helper.py, which `launch` runs
   SHA256SUMS             every file above: `sha256sum -c SHA256SUMS` passes inside the bundle
   statement.json         in-toto Statement: one subject per file above and SHA256SUMS
   statement.dsse.json    DSSE envelope whose payload is exactly the bytes of statement.json
@@ -43,9 +47,20 @@ TEACHER_FILE = "teacher.json"
 SHA256SUMS = "SHA256SUMS"
 STATEMENT = "statement.json"
 ENVELOPE = "statement.dsse.json"
+LAUNCHER = "launch"
+"""The bundle's own launcher, written executable."""
+README = "README.md"
+TOOLS_DIR = "tools"
+REQUIREMENTS_FILE = "requirements.txt"
+"""Under tools/: repro's runtime dependencies, each pinned by version and sha256."""
+LAUNCH_HELPER = "launch_helper.py"
+"""Under tools/: what `launch` asks of python3 (standard library only): the lock's platform,
+whether the tools fit this interpreter, and the check of its private environment before each use."""
 
-CONTENT_DIRS = (ORACLE_DIR, EVIDENCE_DIR, KERNEL_SETS_DIR)
+CONTENT_DIRS = (ORACLE_DIR, EVIDENCE_DIR, KERNEL_SETS_DIR, TOOLS_DIR)
 """The directories whose files a build chooses; every other file of a bundle is named above."""
+TOP_CONTENT = (MANIFEST, LOCK, SHA256SUMS, LAUNCHER, README)
+"""The files a bundle may hold at its top, beside the content directories and the seal files."""
 SEAL_FILES = (STATEMENT, ENVELOPE)
 """The files that seal the others: the statement covers every file but these two."""
 REQUIRED_CONTENT = (MANIFEST, LOCK)
@@ -114,12 +129,12 @@ def content_path_problem(path: str) -> str | None:
     problem = path_problem(path)
     if problem is not None:
         return problem
-    if path in (MANIFEST, LOCK, SHA256SUMS):
+    if path in TOP_CONTENT:
         return None
     top, _, rest = path.partition("/")
     if top in CONTENT_DIRS and rest:
         return None
-    return "a file the layout does not name, outside oracle/, evidence/ and kernels/"
+    return "a file the layout does not name, outside oracle/, evidence/, kernels/ and tools/"
 
 
 def fixed_content(kernel_sets: Iterable[str]) -> set[str]:
@@ -130,14 +145,29 @@ def fixed_content(kernel_sets: Iterable[str]) -> set[str]:
     }
 
 
+def wheel_filename(version: str) -> str:
+    """The file name of the wheel of repro `version` (PEP 427: pure Python, any platform)."""
+    return f"repro-{version.replace('-', '_')}-py3-none-any.whl"
+
+
+def handoff_content(repro_version: str) -> set[str]:
+    """What lets a bundle run where repro never was, sealed by `repro build` in every bundle (a
+    sealed run holds none of it): the launcher, the README, and the tools of the repro that
+    sealed it, whose wheel is named by the version the lock records."""
+    tools = (wheel_filename(repro_version), REQUIREMENTS_FILE, LAUNCH_HELPER)
+    return {LAUNCHER, README} | {f"{TOOLS_DIR}/{name}" for name in tools}
+
+
 def content_files(root: Path) -> set[str]:
-    """Every file under the content directories of the bundle at `root`, by its bundle path."""
-    return {
+    """Every file under the content directories of the bundle at `root`, and its launcher and
+    README when there, by its bundle path."""
+    below = {
         path.relative_to(root).as_posix()
         for directory in CONTENT_DIRS
         for path in (root / directory).rglob("*")
         if not path.is_dir()
     }
+    return below | {name for name in (LAUNCHER, README) if (root / name).is_file()}
 
 
 def render_sha256sums(digests: Mapping[str, str]) -> bytes:

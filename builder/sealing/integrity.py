@@ -51,6 +51,8 @@ class BundleReport:
     key_ids: tuple[str, ...]
     digests: Mapping[str, str]
     findings: tuple[Drift, ...]
+    sealed_run: bool = False
+    """The signed statement seals a replay's run directory, not a bundle made by `repro build`."""
 
     @property
     def ok(self) -> bool:
@@ -105,7 +107,13 @@ def verify_bundle(bundle: Path, trusted: TrustedKeys) -> BundleReport:
         *_files(scan, digests),
         *_checksums(scan, digests),
     ]
-    return BundleReport(bundle, signed.key_ids, MappingProxyType(digests), tuple(findings))
+    return BundleReport(
+        bundle,
+        signed.key_ids,
+        MappingProxyType(digests),
+        tuple(findings),
+        signed.statement.sealed_run,
+    )
 
 
 def _scan(bundle: Path) -> _Scan:

@@ -40,19 +40,23 @@ from builder.sealing.bundle import (
     ENVELOPE,
     EVIDENCE_DIR,
     KERNEL_SETS_DIR,
+    LAUNCHER,
     LOCK,
     MANIFEST,
     ORACLE_DIR,
+    README,
     SHA256SUMS,
     STATEMENT,
+    TOOLS_DIR,
     check_bundle_name,
     path_problem,
     render_sha256sums,
 )
 from builder.sealing.keys import SigningKey
-from builder.sealing.statement import statement_for
+from builder.sealing.statement import BUILD_TYPE, RUN_BUILD_TYPE, statement_for
 
 FILE_MODE = 0o644
+LAUNCHER_MODE = 0o755
 DIR_MODE = 0o755
 
 Progress = Callable[[str], None]
@@ -61,6 +65,18 @@ Progress = Callable[[str], None]
 
 def _no_progress(step: str) -> None:
     """Sealing without a listener."""
+
+
+@dataclass(frozen=True)
+class Handoff:
+    """What lets a bundle run where repro never was (`builder.handoff`): `launcher`, copied to
+    `launch` and made executable; the files of tools/ by their name there; and `readme`, which
+    makes README.md from the staged bundle (every file written but README.md, SHA256SUMS and the
+    seal files) before SHA256SUMS is written, and may refuse by raising."""
+
+    launcher: Path
+    tools: Mapping[str, Path]
+    readme: Callable[[Path], bytes]
 
 
 @dataclass(frozen=True)
@@ -80,6 +96,10 @@ class BundleContent:
     oracle: Mapping[str, Path] = field(default_factory=lambda: MappingProxyType({}))
     evidence: Mapping[str, Path] = field(default_factory=lambda: MappingProxyType({}))
     kernels: Mapping[str, Path] = field(default_factory=lambda: MappingProxyType({}))
+    handoff: Handoff | None = None
+    """Every bundle `repro build` seals has one; a sealed run has none."""
+    run: bool = False
+    """A replay's run directory, sealed by `repro launch` with the run build type."""
 
 
 @dataclass(frozen=True)
@@ -210,14 +230,25 @@ def _write_bundle(
     ):
         for name in sorted(sources):
             _copy_source(sources[name], workdir, f"{directory}/{_check_name(name)}", progress)
+    if content.handoff is not None:
+        _write_handoff(content.handoff, workdir, progress)
     digests = {path: sha256_file(workdir / path) for path in _files_below(workdir)}
     _write_file(workdir / SHA256SUMS, render_sha256sums(digests), progress, SHA256SUMS)
     digests[SHA256SUMS] = sha256_file(workdir / SHA256SUMS)
-    statement = statement_for(content.name, content.manifest_source, digests).to_json()
+    build_type = RUN_BUILD_TYPE if content.run else BUILD_TYPE
+    statement = statement_for(content.name, content.manifest_source, digests, build_type).to_json()
     _write_file(workdir / STATEMENT, statement, progress, STATEMENT)
     envelope = dsse.sign(statement, key).to_json()
     _write_file(workdir / ENVELOPE, envelope, progress, ENVELOPE)
     return digests
+
+
+def _write_handoff(handoff: Handoff, workdir: Path, progress: Progress) -> None:
+    for name in sorted(handoff.tools):
+        _copy_file(handoff.tools[name], workdir / TOOLS_DIR / _check_name(name), progress, name)
+    data = read_bytes(handoff.launcher, limit=EVIDENCE_LIMIT, what="the launcher")
+    _write_file(workdir / LAUNCHER, data, progress, LAUNCHER, mode=LAUNCHER_MODE)
+    _write_file(workdir / README, handoff.readme(workdir), progress, README)
 
 
 def _check_name(name: str) -> str:
@@ -280,17 +311,19 @@ def _copy_file(
     _write_file(target, data, progress, name)
 
 
-def _write_file(target: Path, data: bytes, progress: Progress, name: str) -> None:
+def _write_file(
+    target: Path, data: bytes, progress: Progress, name: str, *, mode: int = FILE_MODE
+) -> None:
     """Create `target` (never replacing a file), write `data` and fsync it."""
     target.parent.mkdir(mode=DIR_MODE, parents=True, exist_ok=True)
     try:
-        descriptor = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_EXCL, FILE_MODE)
+        descriptor = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_EXCL, mode)
     except FileExistsError as error:
         raise BadInput(
             "two oracle or evidence files would land on one path in the bundle", where=name
         ) from error
     with os.fdopen(descriptor, "wb") as stream:
-        os.fchmod(descriptor, FILE_MODE)
+        os.fchmod(descriptor, mode)
         stream.write(data)
         stream.flush()
         os.fsync(descriptor)

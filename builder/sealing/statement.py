@@ -2,16 +2,18 @@
 
 One subject per sealed file (every file of the bundle but statement.json and statement.dsse.json),
 named by its path in the bundle, with its sha256. The predicate says only what repro knows:
-the build type, the bundle name and the manifest it was built from (the path it was read from
-and its sha256, which equals manifest.toml's), and which builder and version sealed it. It has
-no timestamps, so sealing the same files with the same key gives the same bytes.
+the build type (a bundle made by `repro build`, or a replay's run sealed by `repro launch`, which
+carries no launcher: it is evidence to verify, not a bundle to hand over), the bundle name and
+the manifest it was built from (the path it was read from and its sha256, which equals
+manifest.toml's), and which builder and version sealed it. It has no timestamps, so sealing the
+same files with the same key gives the same bytes.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
 from importlib.metadata import version
-from typing import Annotated, Literal
+from typing import Annotated, Final, Literal
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field
 
@@ -22,7 +24,9 @@ from builder.sealing.bundle import MANIFEST, is_sha256_hex, path_problem
 
 STATEMENT_TYPE = "https://in-toto.io/Statement/v1"
 PREDICATE_TYPE = "https://slsa.dev/provenance/v1"
-BUILD_TYPE = "https://repro.dev/buildtypes/bundle/v1"
+BuildType = Literal["https://repro.dev/buildtypes/bundle/v1", "https://repro.dev/buildtypes/run/v1"]
+BUILD_TYPE: Final[BuildType] = "https://repro.dev/buildtypes/bundle/v1"
+RUN_BUILD_TYPE: Final[BuildType] = "https://repro.dev/buildtypes/run/v1"
 BUILDER_ID = "https://repro.dev/builder/v1"
 
 
@@ -69,7 +73,7 @@ class ExternalParameters(_Frozen):
 
 
 class BuildDefinition(_Frozen):
-    build_type: Literal["https://repro.dev/buildtypes/bundle/v1"] = Field(alias="buildType")
+    build_type: BuildType = Field(alias="buildType")
     external_parameters: ExternalParameters = Field(alias="externalParameters")
 
 
@@ -117,6 +121,11 @@ class Statement(_Frozen):
         return self.predicate.build_definition.external_parameters.bundle
 
     @property
+    def sealed_run(self) -> bool:
+        """A replay's run directory, sealed by `repro launch`, rather than a bundle."""
+        return self.predicate.build_definition.build_type == RUN_BUILD_TYPE
+
+    @property
     def manifest(self) -> ManifestParameter:
         return self.predicate.build_definition.external_parameters.manifest
 
@@ -129,7 +138,12 @@ def repro_version() -> str:
     return version("repro")
 
 
-def statement_for(bundle_name: str, manifest_source: str, digests: Mapping[str, str]) -> Statement:
+def statement_for(
+    bundle_name: str,
+    manifest_source: str,
+    digests: Mapping[str, str],
+    build_type: BuildType = BUILD_TYPE,
+) -> Statement:
     """The statement sealing `digests` (path in the bundle to sha256, manifest.toml among them)."""
     return Statement(
         type=STATEMENT_TYPE,
@@ -139,7 +153,7 @@ def statement_for(bundle_name: str, manifest_source: str, digests: Mapping[str, 
         predicate_type=PREDICATE_TYPE,
         predicate=Provenance(
             build_definition=BuildDefinition(
-                build_type=BUILD_TYPE,
+                build_type=build_type,
                 external_parameters=ExternalParameters(
                     bundle=bundle_name,
                     manifest=ManifestParameter(path=manifest_source, sha256=digests[MANIFEST]),

@@ -1,0 +1,328 @@
+"""The repro that runs, as a bundle carries it: its wheel and its pinned runtime dependencies.
+
+A bundle carries the exact repro that sealed it (`tools/`, `builder.sealing.bundle`), so that its
+launcher can install it where repro never was. The wheel is built by `pip wheel --no-deps` from a
+copy of the source tree the running repro is imported from (pyproject.toml, the README it names
+and the packages it lists), with SOURCE_DATE_EPOCH fixed, so that the same source gives the same
+bytes. A repro installed from a wheel has no source tree beside its packages and cannot build
+itself again: sealing then refuses, saying so.
+
+Its dependencies are the closure of the running repro's `Requires-Dist` (each marker evaluated
+for this interpreter, no extra), at the versions installed here, each resolved to its wheel
+through the package index pip is configured with exactly as the serving venv's are
+(`builder.observe.artifacts`): the index must serve the bytes that are installed here. They are
+written as `tools/requirements.txt` (`ToolRequirements`), for pip's hash-checking mode, with the
+interpreter release series and platform they were resolved for.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+import sys
+import sysconfig
+import tomllib
+import zipfile
+from collections import defaultdict
+from collections.abc import Sequence
+from dataclasses import dataclass
+from email.parser import HeaderParser
+from importlib import metadata
+from pathlib import Path
+from typing import Final
+
+from packaging.requirements import InvalidRequirement, Requirement
+from pydantic import BaseModel, ConfigDict
+
+from builder.errors import BadInput, NotObservable
+from builder.observe.artifacts import resolve_artifacts
+from builder.observe.python import Distribution, distributions, normalize
+from builder.sealing.bundle import REQUIREMENTS_FILE, wheel_filename
+from builder.sealing.statement import repro_version
+
+PROJECT: Final = "repro"
+WHEEL_TIMEOUT_S: Final = 600.0
+SOURCE_DATE_EPOCH: Final = "315532800"
+"""1980-01-01, the earliest time a zip entry can hold: every wheel entry is stamped with it."""
+_IGNORED = shutil.ignore_patterns("__pycache__", "*.pyc", "*.egg-info")
+
+
+class _Frozen(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+class Pin(_Frozen):
+    name: str
+    version: str
+    sha256: str
+
+
+_HEADER = (
+    "# The runtime dependencies of repro {repro}, each pinned by version and sha256, for pip's\n"
+    "# hash-checking mode: pip install --require-hashes --no-deps -r requirements.txt\n"
+    "# python: {python}\n"
+    "# platform: {platform}\n"
+)
+_HEADER_LINE = re.compile(
+    r"# The runtime dependencies of repro (?P<repro>\S+), each pinned by version and sha256, "
+    r"for pip's"
+)
+_FIELD = re.compile(r"# (?P<key>python|platform): (?P<value>[A-Za-z0-9._-]+)")
+_PIN = re.compile(
+    r"(?P<name>[A-Za-z0-9][A-Za-z0-9._-]*)==(?P<version>[A-Za-z0-9.+!_-]+)"
+    r" --hash=sha256:(?P<sha256>[0-9a-f]{64})"
+)
+
+
+class ToolRequirements(_Frozen):
+    """`tools/requirements.txt`: repro's runtime dependencies for one interpreter release series
+    (`3.11`) and platform (`linux-x86_64`, as `sysconfig.get_platform()` says), sorted by name."""
+
+    repro: str
+    python: str
+    platform: str
+    pins: tuple[Pin, ...]
+
+    def to_bytes(self) -> bytes:
+        header = _HEADER.format(repro=self.repro, python=self.python, platform=self.platform)
+        lines = [f"{p.name}=={p.version} --hash=sha256:{p.sha256}\n" for p in self.pins]
+        return (header + "".join(lines)).encode("utf-8")
+
+    @classmethod
+    def from_bytes(cls, data: bytes, *, where: str) -> ToolRequirements:
+        """The file in exactly the form `to_bytes` writes, else `BadInput` naming the line."""
+        try:
+            lines = data.decode("utf-8").split("\n")
+        except UnicodeDecodeError as error:
+            raise BadInput(f"{REQUIREMENTS_FILE} is not UTF-8", where=where) from error
+        head = _HEADER_LINE.fullmatch(lines[0])
+        fields = [_FIELD.fullmatch(line) for line in lines[2:4]]
+        if head is None or None in fields or lines[-1] != "":
+            raise BadInput(
+                f"{REQUIREMENTS_FILE} does not begin as repro writes it",
+                where=where,
+                expected="the header naming repro's version, python and platform",
+            )
+        values = {m["key"]: m["value"] for m in fields if m is not None}
+        pins = []
+        for number, line in enumerate(lines[4:-1], start=5):
+            match = _PIN.fullmatch(line)
+            if match is None:
+                raise BadInput(
+                    f"a line of {REQUIREMENTS_FILE} is not a pin",
+                    where=f"{where}:{number}",
+                    expected="<name>==<version> --hash=sha256:<64 lowercase hex>",
+                    found=repr(line[:200]),
+                )
+            pins.append(Pin(name=match["name"], version=match["version"], sha256=match["sha256"]))
+        found = cls(
+            repro=head["repro"],
+            python=values.get("python", ""),
+            platform=values.get("platform", ""),
+            pins=tuple(pins),
+        )
+        if found.to_bytes() != data or sorted(pins, key=_pin_key) != pins:
+            raise BadInput(
+                f"{REQUIREMENTS_FILE} is not in the one form repro writes",
+                where=where,
+                expected="its header, then one pin per distribution sorted by normalised name",
+            )
+        if len({normalize(p.name) for p in pins}) != len(pins):
+            raise BadInput(f"{REQUIREMENTS_FILE} pins a distribution twice", where=where)
+        return found
+
+    def pinned(self) -> dict[str, Pin]:
+        """Normalised name → pin."""
+        return {normalize(p.name): p for p in self.pins}
+
+
+def _pin_key(pin: Pin) -> str:
+    return normalize(pin.name)
+
+
+def this_interpreter() -> tuple[str, str]:
+    """The release series and platform of the running interpreter: ('3.11', 'linux-x86_64')."""
+    return f"{sys.version_info[0]}.{sys.version_info[1]}", sysconfig.get_platform()
+
+
+@dataclass(frozen=True)
+class ReproTools:
+    """The running repro, as files ready to seal under tools/."""
+
+    wheel: Path
+    requirements: Path
+
+
+def build_tools(directory: Path) -> ReproTools:
+    """The running repro's wheel and its pinned dependencies, written into `directory`; refused,
+    saying why, when either cannot be made."""
+    directory.mkdir(parents=True, exist_ok=True)
+    wheel = build_wheel(source_tree(), directory / "wheel")
+    python, platform = this_interpreter()
+    pins = pinned_dependencies(wheel_requires(wheel))
+    requirements = ToolRequirements(
+        repro=repro_version(), python=python, platform=platform, pins=pins
+    )
+    path = directory / REQUIREMENTS_FILE
+    path.write_bytes(requirements.to_bytes())
+    return ReproTools(wheel, path)
+
+
+def source_tree() -> Path:
+    """The directory holding the pyproject.toml of the repro that runs, else `NotObservable`."""
+    import builder
+
+    root = Path(builder.__file__).resolve().parents[1]
+    project = root / "pyproject.toml"
+    name = None
+    if project.is_file():
+        try:
+            name = tomllib.loads(project.read_text("utf-8")).get("project", {}).get("name")
+        except (tomllib.TOMLDecodeError, UnicodeDecodeError):
+            name = None
+    if name != PROJECT:
+        raise NotObservable(
+            "cannot build the wheel of the repro that runs: it has no source tree",
+            where=str(root),
+            expected=f"a pyproject.toml of project {PROJECT!r} beside the builder package",
+            found=f"repro {repro_version()} installed without its source",
+            hint="seal from a checkout of repro (`make` installs it editable): a bundle carries "
+            "the repro that sealed it, built from its source",
+        )
+    return root
+
+
+def build_wheel(source: Path, out: Path) -> Path:
+    """`pip wheel --no-deps` of a copy of `source`'s packaging files, deterministic."""
+    staging = out / "source"
+    shutil.rmtree(out, ignore_errors=True)
+    project = tomllib.loads((source / "pyproject.toml").read_text("utf-8"))
+    staging.mkdir(parents=True)
+    shutil.copy2(source / "pyproject.toml", staging / "pyproject.toml")
+    readme = project.get("project", {}).get("readme")
+    if isinstance(readme, str) and (source / readme).is_file():
+        shutil.copy2(source / readme, staging / readme)
+    for package in _packages(project):
+        shutil.copytree(source / package, staging / package, ignore=_IGNORED)
+    command = [
+        sys.executable,
+        "-m",
+        "pip",
+        "wheel",
+        "--no-deps",
+        "--quiet",
+        "--disable-pip-version-check",
+        "--wheel-dir",
+        str(out),
+        str(staging),
+    ]
+    env = {**os.environ, "SOURCE_DATE_EPOCH": SOURCE_DATE_EPOCH, "PYTHONDONTWRITEBYTECODE": "1"}
+    try:
+        done = subprocess.run(
+            command, capture_output=True, text=True, timeout=WHEEL_TIMEOUT_S, check=False, env=env
+        )
+    except (OSError, subprocess.TimeoutExpired) as error:
+        raise _no_wheel(source, str(error)) from error
+    if done.returncode != 0:
+        lines = [line for line in done.stderr.splitlines() if line.strip()]
+        raise _no_wheel(source, f"exit {done.returncode}: {lines[-1] if lines else 'no output'}")
+    expected = out / wheel_filename(repro_version())
+    built = sorted(p.name for p in out.glob("*.whl"))
+    if built != [expected.name]:
+        raise _no_wheel(source, f"pip built {', '.join(built) or 'nothing'}, not {expected.name}")
+    return expected
+
+
+def _packages(project: dict[str, object]) -> list[str]:
+    """The top-level package directories pyproject.toml's `packages.find.include` names."""
+    tool = project.get("tool", {})
+    setuptools = tool.get("setuptools", {}) if isinstance(tool, dict) else {}
+    packages = setuptools.get("packages", {}) if isinstance(setuptools, dict) else {}
+    find = packages.get("find", {}) if isinstance(packages, dict) else {}
+    include = find.get("include", []) if isinstance(find, dict) else []
+    return sorted({str(pattern).rstrip("*").rstrip(".") for pattern in include})
+
+
+def _no_wheel(source: Path, found: str) -> NotObservable:
+    return NotObservable(
+        "cannot build the wheel of the repro that runs",
+        where=str(source),
+        found=found,
+        hint="`pip wheel` needs setuptools from the package index pip is configured with",
+    )
+
+
+def wheel_requires(wheel: Path) -> tuple[str, ...]:
+    """The `Requires-Dist` lines of a wheel's METADATA, as written."""
+    with zipfile.ZipFile(wheel) as archive:
+        names = [n for n in archive.namelist() if n.endswith(".dist-info/METADATA")]
+        if len(names) != 1:
+            raise BadInput("a wheel without one METADATA", where=str(wheel))
+        text = archive.read(names[0]).decode("utf-8", errors="replace")
+    headers = HeaderParser().parsestr(text.split("\n\n", 1)[0])
+    return tuple(headers.get_all("Requires-Dist") or ())
+
+
+def pinned_dependencies(requires: Sequence[str]) -> tuple[Pin, ...]:
+    """Every distribution `requires` needs to run here, pinned to the wheel it was installed
+    from."""
+    closure = dependency_closure(requires)
+    by_site: dict[Path, list[Distribution]] = defaultdict(list)
+    for key in sorted(closure):
+        site = closure[key]
+        found = [d for d in distributions(site, {}) if d.key == key]
+        if not found:
+            raise _unpinnable(key, f"no dist-info of it in {site}")
+        by_site[site].append(found[0])
+    pins: list[Pin] = []
+    for site, wanted in sorted(by_site.items()):
+        facts = resolve_artifacts(Path(sys.executable), site, wanted)
+        if facts.unresolved:
+            key, why = next(iter(facts.unresolved.items()))
+            raise _unpinnable(key, why)
+        pins += [
+            Pin(name=a.name, version=a.version, sha256=a.sha256) for a in facts.artifacts.values()
+        ]
+    return tuple(sorted(pins, key=_pin_key))
+
+
+def dependency_closure(requires: Sequence[str]) -> dict[str, Path]:
+    """Normalised name → site directory of every installed distribution `requires` needs here,
+    followed transitively through each one's `Requires-Dist`, markers evaluated with no extra."""
+    found: dict[str, Path] = {}
+    pending = _needed(requires, PROJECT)
+    while pending:
+        name = pending.pop()
+        if normalize(name) in found or normalize(name) == PROJECT:
+            continue
+        try:
+            distribution = metadata.distribution(name)
+        except metadata.PackageNotFoundError as error:
+            raise _unpinnable(normalize(name), "not installed beside repro") from error
+        found[normalize(name)] = Path(str(distribution.locate_file(""))).resolve()
+        pending += _needed(distribution.requires or (), normalize(name))
+    return found
+
+
+def _needed(requires: Sequence[str], by: str) -> list[str]:
+    needed = []
+    for text in requires:
+        try:
+            requirement = Requirement(text)
+        except InvalidRequirement as error:
+            raise _unpinnable(by, f"its requirement {text!r} is malformed") from error
+        if requirement.marker is None or requirement.marker.evaluate({"extra": ""}):
+            needed.append(requirement.name)
+    return needed
+
+
+def _unpinnable(name: str, why: str) -> NotObservable:
+    return NotObservable(
+        "a runtime dependency of repro cannot be pinned to a wheel",
+        where=name,
+        found=why,
+        hint="a bundle pins repro's own dependencies by sha256: install them from the package "
+        "index pip is configured with",
+    )

@@ -1,0 +1,503 @@
+"""A bundle handed to a machine that has never seen repro: its `launch`, README.md and tools/.
+
+Each bundle is copied to an empty directory outside the repository and run there with a PATH
+that holds python3 (this interpreter's base, not a venv), coreutils and nothing of repro, a
+HOME of its own, no PYTHONPATH and no VIRTUAL_ENV: the launcher installs the repro sealed in
+the bundle and runs it. The cheap cases use the committed Laguna record (an imported record:
+`--verify-only`, or a refusal before anything is installed); one case restores and replays the
+committed tiny-cpu bundle in full, with the outcome `repro launch` gets from the repository on
+this host (a passing sealed run on a host of its dispatch, the preflight refusal on another).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import stat
+import subprocess
+import sys
+import zipfile
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+from conftest import REPO_ROOT
+
+from builder.build import BuildRefused, staged_readme
+from builder.cli import main
+from builder.drift import DriftKind
+from builder.handoff.readme import CHECK_HEADING
+from builder.sealing import bundle
+from builder.sealing.keys import SigningKey, TrustedKeys, write_key_pair
+from builder.sealing.seal import BundleContent, Handoff, seal
+from builder.sealing.statement import repro_version
+from builder.verify import verify
+
+COMMITTED = REPO_ROOT / "repro"
+PUBLIC = REPO_ROOT / "keys" / "example.pub"
+PRIVATE = REPO_ROOT / "keys" / "example.key"
+TRUSTED = TrustedKeys.from_key_file(PUBLIC)
+LAGUNA, TINY = "laguna-102tps", "tiny-cpu"
+DROPPED = ("PYTHONPATH", "PYTHONHOME", "VIRTUAL_ENV", "XDG_CACHE_HOME", "XDG_DATA_HOME")
+HANDOFF_CLAIMS = ("launch, ", "tools/ = ", "README.md = ")
+QUICK_S = 300
+
+
+@dataclass(frozen=True)
+class Machine:
+    """A fresh user on this machine: a HOME of their own and a PATH without repro."""
+
+    home: Path
+    bin: Path
+
+    @classmethod
+    def make(cls, root: Path) -> Machine:
+        machine = cls(root / "home", root / "bin")
+        machine.home.mkdir(parents=True)
+        machine.bin.mkdir(parents=True)
+        release = f"python{sys.version_info[0]}.{sys.version_info[1]}"
+        (machine.bin / "python3").symlink_to(Path(sys.base_prefix) / "bin" / release)
+        return machine
+
+    def env(self, path: str | None = None) -> dict[str, str]:
+        env = {k: v for k, v in os.environ.items() if k not in DROPPED}
+        env.update(HOME=str(self.home), PATH=path or f"{self.bin}:/usr/bin:/bin")
+        assert shutil.which("repro", path=env["PATH"]) is None
+        return env
+
+    @property
+    def envs(self) -> Path:
+        return self.home / ".cache" / "repro" / "envs"
+
+
+def handed_over(name: str, root: Path) -> Path:
+    """The committed bundle `name`, copied to an empty directory outside the repository."""
+    copy = root / "elsewhere" / name
+    shutil.copytree(COMMITTED / name, copy)
+    assert not copy.resolve().is_relative_to(REPO_ROOT)
+    return copy
+
+
+def launch(
+    copy: Path, machine: Machine, *args: str, path: str | None = None, timeout: float = QUICK_S
+) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        ["./launch", *args],
+        cwd=copy,
+        env=machine.env(path),
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        check=False,
+    )
+
+
+def verify_json(path: Path, capsys: pytest.CaptureFixture[str]) -> tuple[int, dict[str, object]]:
+    capsys.readouterr()
+    code = main(["verify", str(path), "--key", str(PUBLIC), "--json"])
+    return code, json.loads(capsys.readouterr().out)
+
+
+# --- what every bundle carries ------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("name", [TINY, LAGUNA])
+def test_every_committed_bundle_carries_its_launcher_readme_and_tools(name: str) -> None:
+    path = COMMITTED / name
+    lock = json.loads((path / bundle.LOCK).read_text())
+    sums = bundle.parse_sha256sums((path / bundle.SHA256SUMS).read_bytes(), where=name)
+    assert bundle.handoff_content(lock["bundle"]["repro_version"]) <= sums.keys()
+    assert (path / bundle.LAUNCHER).stat().st_mode & stat.S_IXUSR, "launch is executable"
+    assert (path / bundle.LAUNCHER).read_bytes().startswith(b"#!/bin/sh\n")
+
+
+@pytest.mark.parametrize("name", [TINY, LAGUNA])
+def test_the_readme_states_the_values_verify_prints(
+    name: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    code, document = verify_json(COMMITTED / name, capsys)
+    assert code == 0
+    claims = document["claims"]
+    assert isinstance(claims, list)
+    printed = [
+        (c["claim"], c["evidence"], c["value"])
+        for c in claims
+        if not c["claim"].startswith(("content = ", *HANDOFF_CLAIMS))
+    ]
+    assert readme_rows(COMMITTED / name) == printed
+    assert any(c["claim"] == "README.md = the claims recomputed above" and c["ok"] for c in claims)
+
+
+def readme_rows(path: Path) -> list[tuple[str, str, str]]:
+    lines = (path / bundle.README).read_text().splitlines()
+    start = lines.index("| claim | class | value |") + 2
+    rows = []
+    for line in lines[start:]:
+        if not line.startswith("| "):
+            break
+        cells = re.split(r" (?<!\\)\| ", line[2:-2])
+        claim, evidence, value = (c.replace("\\|", "|").replace("\\\\", "\\") for c in cells)
+        rows.append((claim, evidence, value))
+    return rows
+
+
+# --- checked without repro: the README's own recipe -----------------------------------------------
+
+
+def recipe(path: Path) -> str:
+    text = (path / bundle.README).read_text()
+    section = text[text.index(CHECK_HEADING) :]
+    return section.split("```sh\n", 1)[1].split("```", 1)[0]
+
+
+def run_recipe(copy: Path, public: Path) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        ["sh", "-eu", "-c", recipe(copy)],
+        cwd=copy,
+        env={"PATH": "/usr/bin:/bin", "PUB": str(public)},
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+
+
+def test_the_readme_recipe_checks_a_bundle_without_repro(tmp_path: Path) -> None:
+    copy = handed_over(LAGUNA, tmp_path)
+    done = run_recipe(copy, PUBLIC)
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+    assert done.stdout.rstrip().endswith("Signature Verified Successfully")
+    assert not {p.name for p in copy.iterdir()} - {p.name for p in (COMMITTED / LAGUNA).iterdir()}
+
+    other = write_key_pair(tmp_path / "other")
+    assert other.key_id != SigningKey.from_path(PRIVATE).key_id
+    refused = run_recipe(copy, tmp_path / "other.pub")
+    assert refused.returncode != 0
+    assert "Signature Verification Failure" in refused.stdout + refused.stderr
+
+    teacher = copy / bundle.ORACLE_DIR / bundle.TEACHER_FILE
+    teacher.write_bytes(teacher.read_bytes().replace(b"1", b"2", 1))
+    changed = run_recipe(copy, PUBLIC)
+    assert changed.returncode != 0 and "oracle/teacher.json: FAILED" in changed.stdout
+
+
+# --- the launcher: refusals before anything is installed ---------------------------------------
+
+
+def test_no_key_no_run(tmp_path: Path) -> None:
+    machine = Machine.make(tmp_path)
+    done = launch(handed_over(LAGUNA, tmp_path), machine, "--verify-only")
+    assert done.returncode == 2
+    assert "no key, no run" in done.stderr
+    assert not machine.envs.exists()
+
+
+WHEEL = f"{bundle.TOOLS_DIR}/{bundle.wheel_filename(repro_version())}"
+
+
+@pytest.mark.parametrize("changed", [bundle.LAUNCHER, WHEEL])
+def test_a_changed_launch_or_wheel_is_refused_before_anything_is_installed(
+    tmp_path: Path, changed: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    copy = handed_over(LAGUNA, tmp_path)
+    with (copy / changed).open("ab") as stream:
+        stream.write(b"\n# one more line\n" if changed == bundle.LAUNCHER else b"\0")
+    code, document = verify_json(copy, capsys)
+    assert code == 1
+    drifts = document["drifts"]
+    assert isinstance(drifts, list)
+    assert [(d["kind"], d["subject"]) for d in drifts] == [(DriftKind.FILE_DIGEST.value, changed)]
+    machine = Machine.make(tmp_path)
+    done = launch(copy, machine, "--key", str(PUBLIC))
+    assert done.returncode == 1, done.stderr
+    assert f"{changed}: FAILED" in done.stderr
+    assert "nothing was installed" in done.stderr
+    assert not machine.envs.exists()
+
+
+def _fake(directory: Path, name: str, script: str) -> None:
+    path = directory / name
+    path.write_text("#!/bin/sh\n" + script)
+    path.chmod(0o755)
+
+
+def _only(directory: Path, *tools: str) -> str:
+    for tool in tools:
+        found = shutil.which(tool, path="/usr/bin:/bin")
+        assert found is not None, tool
+        (directory / tool).symlink_to(found)
+    return str(directory)
+
+
+COREUTILS = ("uname", "dirname", "sha256sum", "cut", "grep", "sed", "mktemp", "cat", "wc")
+
+
+MACHINES = ("no python3", "python 3.10", "another OS", "another arch")
+
+
+@pytest.mark.parametrize("machine_kind", MACHINES)
+def test_launch_refuses_a_machine_it_cannot_run_on_and_says_why(
+    tmp_path: Path, machine_kind: str
+) -> None:
+    machine = Machine.make(tmp_path)
+    tools = tmp_path / "tools"
+    tools.mkdir()
+    if machine_kind == "no python3":
+        path = _only(tools, *COREUTILS)
+        reason = "no python3 on PATH"
+    elif machine_kind == "python 3.10":
+        _fake(tools, "python3", 'case "$*" in *version_info*) exit 1;; *) echo 3.10.14;; esac\n')
+        path = _only(tools, *COREUTILS)
+        reason = "is Python 3.10.14; launch needs 3.11 or later"
+    elif machine_kind == "another OS":
+        _fake(tools, "uname", "echo Darwin\n")
+        path = f"{tools}:{machine.bin}:/usr/bin:/bin"
+        reason = "the bundle runs on Linux; this machine runs Darwin"
+    else:
+        _fake(tools, "uname", 'if [ "$1" = -m ]; then echo aarch64; else echo Linux; fi\n')
+        path = f"{tools}:{machine.bin}:/usr/bin:/bin"
+        reason = "the bundle was sealed for x86_64; this machine is aarch64"
+    done = launch(handed_over(LAGUNA, tmp_path), machine, "--key", str(PUBLIC), path=path)
+    assert done.returncode in (1, 3), done.stderr
+    assert reason in done.stderr
+    assert not machine.envs.exists()
+
+
+# --- the launcher: its private environment, made once, checked before every use ------------------
+
+
+@dataclass(frozen=True)
+class Launched:
+    copy: Path
+    machine: Machine
+    first: subprocess.CompletedProcess[str]
+
+
+@pytest.fixture(scope="module")
+def launched(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Launched]:
+    root = tmp_path_factory.mktemp("launched")
+    machine = Machine.make(root)
+    copy = handed_over(LAGUNA, root)
+    yield Launched(copy, machine, launch(copy, machine, "--key", str(PUBLIC), "--verify-only"))
+
+
+def test_launch_installs_the_sealed_repro_and_verifies_the_bundle_with_it(
+    launched: Launched,
+) -> None:
+    done = launched.first
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "making the private environment of repro-0.1.0-py3-none-any.whl" in done.stderr
+    assert "signed by" in done.stderr and "(checked with openssl)" in done.stderr
+    assert f"PASS: {launched.copy} signed by" in done.stderr
+    (env,) = launched.machine.envs.iterdir()
+    installed = next((env / "venv" / "lib").glob("python3.*/site-packages/builder/cli.py"))
+    with zipfile.ZipFile(launched.copy / WHEEL) as sealed:
+        assert installed.read_bytes() == sealed.read("builder/cli.py")
+    assert not list(env.rglob("__pycache__")), "no bytecode written"
+    assert sorted(p.name for p in launched.copy.iterdir()) == sorted(
+        p.name for p in (COMMITTED / LAGUNA).iterdir()
+    ), "nothing was written into the bundle"
+
+
+def test_a_second_launch_checks_the_environment_and_reuses_it(
+    launched: Launched, tmp_path: Path
+) -> None:
+    trusted = tmp_path / "trusted"
+    trusted.mkdir()
+    shutil.copy(PUBLIC, trusted / "example.pub")
+    done = launch(launched.copy, launched.machine, "--trusted-keys", str(trusted), "--verify-only")
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "checking the private environment" in done.stderr
+    assert "making the private environment" not in done.stderr
+    assert len(list(launched.machine.envs.iterdir())) == 1
+
+
+CACHE_CHANGES = {
+    "a .pth file added": lambda site: (site / "zz-startup.pth").write_text("import os\n"),
+    "a module of repro changed": lambda site: (site / "builder" / "cli.py").write_text("pass\n"),
+    "a dependency's file changed": lambda site: (site / "rich" / "__init__.py").write_text(""),
+    "a module of repro removed": lambda site: (site / "builder" / "verify.py").unlink(),
+}
+
+
+@pytest.mark.parametrize("change", CACHE_CHANGES, ids=list(CACHE_CHANGES))
+def test_a_changed_private_environment_is_refused(
+    launched: Launched, tmp_path: Path, change: str
+) -> None:
+    machine = Machine.make(tmp_path)
+    shutil.copytree(launched.machine.home / ".cache", machine.home / ".cache", symlinks=True)
+    (env,) = machine.envs.iterdir()
+    site = next((env / "venv" / "lib").glob("python3.*/site-packages"))
+    CACHE_CHANGES[change](site)
+    done = launch(launched.copy, machine, "--key", str(PUBLIC), "--verify-only")
+    assert done.returncode == 1, done.stderr[-3000:]
+    assert f"the private environment {env} is not what was installed" in done.stderr
+    assert "repro verify" not in done.stderr, "the changed repro never ran"
+
+
+# --- changed, then signed again: the recomputed claims refuse it --------------------------------
+
+
+def resealed(root: Path, edit: Callable[[Path], None], *, handoff: bool = True) -> Path:
+    """The committed Laguna bundle edited, then sealed again with the example key, every file as
+    edited: the signature and every digest hold, so only the recomputed claims can refuse it."""
+    staging = root / "staging" / LAGUNA
+    shutil.copytree(COMMITTED / LAGUNA, staging)
+    edit(staging)
+    content = BundleContent(
+        name=LAGUNA,
+        manifest=staging / bundle.MANIFEST,
+        manifest_source="manifests/laguna-102tps.toml",
+        lock=json.loads((staging / bundle.LOCK).read_text()),
+        oracle={p.name: p for p in (staging / bundle.ORACLE_DIR).iterdir()},
+        evidence={p.name: p for p in (staging / bundle.EVIDENCE_DIR).iterdir()},
+        kernels={p.name: p for p in (staging / bundle.KERNEL_SETS_DIR).iterdir()},
+        handoff=Handoff(
+            launcher=staging / bundle.LAUNCHER,
+            tools={p.name: p for p in (staging / bundle.TOOLS_DIR).iterdir()},
+            readme=lambda _: (staging / bundle.README).read_bytes(),
+        )
+        if handoff
+        else None,
+    )
+    (root / "out").mkdir()
+    return seal(content, SigningKey.from_path(PRIVATE), root / "out").path
+
+
+def _append(relative: str, data: bytes) -> Callable[[Path], None]:
+    def edit(root: Path) -> None:
+        with (root / relative).open("ab") as stream:
+            stream.write(data)
+
+    return edit
+
+
+def _replace(relative: str, old: bytes, new: bytes) -> Callable[[Path], None]:
+    def edit(root: Path) -> None:
+        data = (root / relative).read_bytes()
+        assert old in data
+        (root / relative).write_bytes(data.replace(old, new, 1))
+
+    return edit
+
+
+def _wheel_module_changed(root: Path) -> None:
+    """builder/cli.py inside the wheel changed, its RECORD left as it was."""
+    wheel = root / WHEEL
+    entries = []
+    with zipfile.ZipFile(wheel) as archive:
+        for info in archive.infolist():
+            data = archive.read(info)
+            if info.filename == "builder/cli.py":
+                data += b"\n# changed\n"
+            entries.append((info, data))
+    with zipfile.ZipFile(wheel, "w", zipfile.ZIP_DEFLATED) as archive:
+        for info, data in entries:
+            archive.writestr(info, data)
+
+
+LAUNCHER_CLAIM = "launch, tools/launch_helper.py = what repro writes"
+TOOLS_CLAIM = f"tools/ = repro {repro_version()} and its dependencies pinned by sha256"
+README_CLAIM = "README.md = the claims recomputed above"
+RESEALED = {
+    "launch given one more line": (_append(bundle.LAUNCHER, b"true\n"), [LAUNCHER_CLAIM]),
+    "launch_helper.py changed": (
+        _append("tools/launch_helper.py", b"\n# changed\n"), [LAUNCHER_CLAIM],
+    ),
+    "a value of the README changed": (
+        _replace(bundle.README, b"101.94172124017027 tok/s", b"111.94172124017027 tok/s"),
+        [README_CLAIM],
+    ),
+    "a module of the wheel changed": (_wheel_module_changed, [TOOLS_CLAIM]),
+    "a dependency no longer pinned": (
+        _replace("tools/requirements.txt", b"\npydantic==", b"\n# pydantic=="), [TOOLS_CLAIM],
+    ),
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("case", RESEALED, ids=list(RESEALED))
+def test_a_changed_launcher_readme_or_tool_signed_again_is_refused_by_verify(
+    tmp_path: Path, case: str
+) -> None:
+    edit, claims = RESEALED[case]
+    report = verify(resealed(tmp_path, edit), TRUSTED)
+    assert report.findings == (), "the signature and every digest hold"
+    assert [c.claim for c in report.checks if not c.ok] == claims
+
+
+def test_nothing_is_sealed_that_verify_would_refuse(tmp_path: Path) -> None:
+    """README.md is made from the claims recomputed over the staged bundle: a claim that does
+    not hold there stops the seal, naming it."""
+    staged = tmp_path / LAGUNA
+    shutil.copytree(COMMITTED / LAGUNA, staged)
+    cleanup = staged / "evidence" / "run" / "cleanup-status.txt"
+    cleanup.write_text(cleanup.read_text().replace("worker_status=0", "worker_status=1"))
+    with pytest.raises(BuildRefused) as refused:
+        staged_readme(staged)
+    assert "cleanup status" in [d.subject for d in refused.value.drifts]
+
+
+def test_a_bundle_sealed_without_its_launcher_is_refused_by_verify(tmp_path: Path) -> None:
+    def without(root: Path) -> None:
+        (root / bundle.LAUNCHER).unlink()
+        (root / bundle.README).unlink()
+        shutil.rmtree(root / bundle.TOOLS_DIR)
+
+    report = verify(resealed(tmp_path, without, handoff=False), TRUSTED)
+    content = next(c for c in report.checks if c.claim.startswith("content = "))
+    assert not content.ok
+    assert content.detail == "missing " + ", ".join(sorted(bundle.handoff_content(repro_version())))
+
+
+def test_launch_runs_the_bundles_own_verify_and_stops_at_its_refusal(
+    launched: Launched, tmp_path: Path
+) -> None:
+    """A README that lies, signed again: launch's own checks hold (every file is the sealed one),
+    the repro it installed refuses, and nothing is restored or started."""
+    edit, _ = RESEALED["a value of the README changed"]
+    copy = resealed(tmp_path, edit)
+    done = launch(copy, launched.machine, "--key", str(PUBLIC))
+    assert done.returncode == 1, done.stderr[-3000:]
+    assert "checking the private environment" in done.stderr, "the environment was reused"
+    assert f"FAIL: {copy} signed by" in done.stderr
+    assert "repro verify refused the bundle (above): nothing was restored or started" in done.stderr
+    assert not (launched.machine.home / ".local").exists()
+
+
+# --- the whole way: restore and replay tiny-cpu where repro never was -----------------------------
+
+
+@pytest.mark.server
+def test_a_copy_of_tiny_cpu_launches_itself_with_the_outcome_repro_launch_gets_here(
+    tmp_path: Path,
+) -> None:
+    """The committed bundle, copied and launched by its own `launch`: the serving venv restored
+    from its locked wheels, the model regenerated, and the candidate replayed, or refused by the
+    preflight before anything starts when this CPU selects other kernels than the record ran."""
+    here = verify(COMMITTED / TINY, TRUSTED, host=True, anchor=REPO_ROOT / "manifests")
+    other_dispatch = bool(here.stopped)
+    assert here.ok or other_dispatch, [(d.kind, d.subject) for d in here.findings]
+    machine = Machine.make(tmp_path)
+    copy = handed_over(TINY, tmp_path)
+    done = launch(
+        copy, machine, "--key", str(PUBLIC), "--signing-key", str(PRIVATE), "--json", timeout=1800
+    )
+    document = json.loads(done.stdout)
+    work = machine.home / ".local" / "share" / "repro" / "bundles" / TINY
+    assert (work / ".venv-serve" / "bin" / "python").exists(), done.stderr[-3000:]
+    if other_dispatch:
+        assert done.returncode == 1 and document["ok"] is False
+        kinds = {d["kind"] for d in document["preflight"]["drifts"]}
+        assert kinds == {DriftKind.DISPATCH.value}, done.stderr[-3000:]
+        assert not list((work / "runs").iterdir()), "nothing was started"
+        return
+    assert done.returncode == 0 and document["ok"] is True, done.stderr[-3000:]
+    assert document["run"]["profile"] == "candidate"
+    sealed = Path(document["sealed"])
+    assert sealed.parent == work / "runs"
+    report = verify(sealed, TRUSTED)
+    assert report.ok, [c.claim for c in report.checks if not c.ok]
+    assert not (sealed / bundle.LAUNCHER).exists(), "a sealed run is evidence, not a bundle"
