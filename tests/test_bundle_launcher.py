@@ -11,6 +11,8 @@ this host (a passing sealed run on a host of its dispatch, the preflight refusal
 
 from __future__ import annotations
 
+import base64
+import hashlib
 import json
 import os
 import re
@@ -198,6 +200,86 @@ def test_no_key_no_run(tmp_path: Path) -> None:
 WHEEL = f"{bundle.TOOLS_DIR}/{bundle.wheel_filename(repro_version())}"
 
 
+def _restated(copy: Path, signatures: list[dict[str, str]]) -> None:
+    """The statement made to seal the current SHA256SUMS, in an envelope with `signatures`: what
+    anyone can write without the signer's key."""
+    old = hashlib.sha256((COMMITTED / LAGUNA / "SHA256SUMS").read_bytes()).hexdigest()
+    new = hashlib.sha256((copy / "SHA256SUMS").read_bytes()).hexdigest()
+    statement = (copy / "statement.json").read_bytes().replace(old.encode(), new.encode())
+    (copy / "statement.json").write_bytes(statement)
+    envelope = json.loads((copy / "statement.dsse.json").read_text())
+    envelope.update(payload=base64.b64encode(statement).decode(), signatures=signatures)
+    (copy / "statement.dsse.json").write_text(json.dumps(envelope, separators=(",", ":")))
+
+
+UNCHECKED = "no signature of statement.dsse.json could be checked"
+UNPROVEN = {
+    "no signature": (lambda copy: _restated(copy, []), "--key", 1, UNCHECKED),
+    "a signature that is no base64": (
+        lambda copy: _restated(copy, [{"keyid": "", "sig": "!!"}]), "--key", 1, UNCHECKED,
+    ),
+    "the signer's signature over the old statement": (
+        lambda copy: _restated(
+            copy, json.loads((COMMITTED / LAGUNA / "statement.dsse.json").read_text())["signatures"]
+        ),
+        "--key",
+        1,
+        "does not verify with",
+    ),
+    "a key file that is not there": (
+        lambda copy: _restated(copy, []), "--key=missing", 2, "no such file",
+    ),
+    "a key directory without keys": (
+        lambda copy: _restated(copy, []), "--trusted-keys", 2, "no *.pub key in it",
+    ),
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("case", UNPROVEN, ids=list(UNPROVEN))
+def test_nothing_runs_unless_the_signature_is_proven_with_the_key_named(
+    tmp_path: Path, case: str
+) -> None:
+    """The repro launch installs is the bundle's own: until openssl has proven the signature
+    with the user's key, no file of the bundle may run, its helper included."""
+    restate, option, code, reason = UNPROVEN[case]
+    copy = handed_over(LAGUNA, tmp_path)
+    ran = tmp_path / "helper-ran"
+    helper = copy / "tools" / "launch_helper.py"
+    helper.write_text(f"open({str(ran)!r}, 'w').close()\n" + helper.read_text())
+    digest = hashlib.sha256(helper.read_bytes()).hexdigest()
+    sums = [
+        f"{digest}  tools/launch_helper.py" if line.endswith("  tools/launch_helper.py") else line
+        for line in (copy / "SHA256SUMS").read_text().splitlines()
+    ]
+    (copy / "SHA256SUMS").write_text("\n".join(sums) + "\n")
+    restate(copy)
+    machine = Machine.make(tmp_path)
+    keys = tmp_path / "no-keys"
+    keys.mkdir()
+    arguments = {
+        "--key": ["--key", str(PUBLIC)],
+        "--key=missing": ["--key", str(tmp_path / "missing.pub")],
+        "--trusted-keys": ["--trusted-keys", str(keys)],
+    }[option]
+    done = launch(copy, machine, *arguments, "--verify-only")
+    assert done.returncode == code, done.stderr
+    assert reason in done.stderr
+    assert not ran.exists(), "a file of the unproven bundle ran"
+    assert not machine.envs.exists()
+
+
+def test_without_openssl_nothing_is_installed(tmp_path: Path) -> None:
+    tools = tmp_path / "tools"
+    tools.mkdir()
+    path = _only(tools, *COREUTILS)
+    (tools / "python3").symlink_to(Machine.make(tmp_path / "m").bin / "python3")
+    machine = Machine.make(tmp_path)
+    done = launch(handed_over(LAGUNA, tmp_path), machine, "--key", str(PUBLIC), path=path)
+    assert done.returncode == 3, done.stderr
+    assert "openssl (3.0 or later) is not on PATH" in done.stderr
+    assert not machine.envs.exists()
+
+
 @pytest.mark.parametrize("changed", [bundle.LAUNCHER, WHEEL])
 def test_a_changed_launch_or_wheel_is_refused_before_anything_is_installed(
     tmp_path: Path, changed: str, capsys: pytest.CaptureFixture[str]
@@ -320,7 +402,34 @@ CACHE_CHANGES = {
     "a module of repro changed": lambda site: (site / "builder" / "cli.py").write_text("pass\n"),
     "a dependency's file changed": lambda site: (site / "rich" / "__init__.py").write_text(""),
     "a module of repro removed": lambda site: (site / "builder" / "verify.py").unlink(),
+    "a pyvenv.cfg in bin/, read before the venv's own": lambda site: (
+        site.parents[2] / "bin" / "pyvenv.cfg"
+    ).write_text("home = /elsewhere\ninclude-system-site-packages = true\n"),
+    "lib64 made a directory of its own": lambda site: (
+        (site.parents[2] / "lib64").unlink(),
+        (site.parents[2] / "lib64").mkdir(),
+    ),
 }
+
+
+def test_the_interpreter_configuration_of_the_environment_is_written_anew_before_use(
+    launched: Launched, tmp_path: Path
+) -> None:
+    """pyvenv.cfg says where the standard library is (`home`) and whether the system's
+    site-packages are seen: whatever the cache says, it is rewritten to this interpreter's."""
+    machine = Machine.make(tmp_path)
+    shutil.copytree(launched.machine.home / ".cache", machine.home / ".cache", symlinks=True)
+    (env,) = machine.envs.iterdir()
+    config = env / "venv" / "pyvenv.cfg"
+    config.write_text(
+        "home = /elsewhere/bin\nInclude-System-Site-Packages = true\nversion = 3.11.7\n"
+    )
+    done = launch(launched.copy, machine, "--key", str(PUBLIC), "--verify-only")
+    assert done.returncode == 0, done.stderr[-3000:]
+    lines = config.read_text().splitlines()
+    real = Path(sys.base_prefix) / "bin"
+    assert f"home = {real.resolve()}" in lines and "include-system-site-packages = false" in lines
+    assert not any("/elsewhere" in line or "true" in line for line in lines)
 
 
 @pytest.mark.parametrize("change", CACHE_CHANGES, ids=list(CACHE_CHANGES))

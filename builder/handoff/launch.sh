@@ -17,10 +17,10 @@
 # In order, stopping with the reason at the first step that does not hold:
 #   1. this machine: Linux on the architecture the bundle was sealed for, a python3 of 3.11 or
 #      later, of the release series and platform the bundle's tools were pinned for;
-#   2. the bundle: every file against SHA256SUMS (`sha256sum -c`) and, where openssl is found,
-#      the signature of the statement that seals SHA256SUMS, with the key you named. Nothing
-#      is installed before both hold. A SHA256SUMS alone proves nothing (anyone can write
-#      one): the proof is the signature, checked again by `repro verify` in step 4;
+#   2. the bundle: every file against SHA256SUMS (`sha256sum -c`) and the signature of the
+#      statement that seals SHA256SUMS, with the key you named (openssl 3.0 or later). Nothing
+#      is installed or run before both hold: the repro installed next is the bundle's own, so
+#      this is the check that does not take the bundle's word; `repro verify` repeats it;
 #   3. a private environment for the exact repro that sealed the bundle, made once under
 #      ${XDG_CACHE_HOME:-~/.cache}/repro/envs/ (python3 -m venv; its dependencies and its
 #      wheel installed by sha256 from tools/; pip check), and checked before every use
@@ -83,9 +83,32 @@ done
 [ -z "$pending" ] || refuse 2 "$pending needs a value"
 [ -n "$trust_option" ] || refuse 2 "no key, no run: name the signer's public key with" \
     "--key PUB, or a directory of trusted *.pub keys with --trusted-keys DIR"
+if [ "$trust_option" = --key ]; then
+    [ -f "$trust_value" ] || refuse 2 "--key $trust_value: no such file"
+else
+    found_key=''
+    for key in "$trust_value"/*.pub; do [ ! -f "$key" ] || found_key=$key; done
+    [ -n "$found_key" ] || refuse 2 "--trusted-keys $trust_value: no *.pub key in it"
+fi
 
-# Nothing of the caller's Python setup reaches what runs here.
+# Nothing of the caller's Python setup reaches what runs here, nor a tool or an interpreter
+# choice (.python-version) found in the bundle's directory: only absolute PATH entries are kept
+# and everything runs from /.
 unset PYTHONPATH PYTHONHOME PYTHONSTARTUP PYTHONUSERBASE VIRTUAL_ENV
+kept='' old_ifs=$IFS
+set -f
+IFS=:
+for entry in $PATH; do
+    case $entry in /*) kept=${kept:+$kept:}$entry ;; esac
+done
+IFS=$old_ifs
+set +f
+PATH=$kept
+export PATH
+for variable in "${XDG_CACHE_HOME:-/}" "${XDG_DATA_HOME:-/}"; do
+    case $variable in /*) ;; *) refuse 2 "XDG_CACHE_HOME and XDG_DATA_HOME must be absolute paths" ;; esac
+done
+cd / || refuse 3 "cannot enter /"
 PYTHONDONTWRITEBYTECODE=1
 export PYTHONDONTWRITEBYTECODE
 
@@ -96,7 +119,7 @@ for tool in sha256sum cut grep sed mktemp; do
 done
 python=$(command -v python3 2>/dev/null) || refuse 3 "no python3 on PATH: launch needs" \
     "python3, 3.11 or later"
-version=$("$python" -c 'import sys; print(sys.version.split()[0])' 2>/dev/null) ||
+version=$("$python" -I -c 'import sys; print(sys.version.split()[0])' 2>/dev/null) ||
     refuse 3 "$python does not run"
 "$python" -I -c 'import sys; sys.exit(sys.version_info < (3, 11))' 2>/dev/null ||
     refuse 1 "$python is Python $version; launch needs 3.11 or later"
@@ -117,7 +140,6 @@ say "checking every file of $bundle against SHA256SUMS"
     refuse 1 "a file of the bundle is not the one sealed (above): nothing was installed"
 
 try_key() {
-    [ -f "$1" ] || return 0
     answer=$(openssl pkeyutl -verify -pubin -inkey "$1" -rawin -in "$scratch/pae" \
         -sigfile "$scratch/sig" 2>&1 || true)
     case $answer in
@@ -126,10 +148,9 @@ try_key() {
     esac
 }
 check_signature() {
-    if ! command -v openssl >/dev/null 2>&1; then
-        say "no openssl here: the signature is checked by repro verify, once repro is installed"
-        return 0
-    fi
+    # The repro installed next is the bundle's own: only this check is independent of the bundle.
+    command -v openssl >/dev/null 2>&1 || refuse 3 "openssl (3.0 or later) is not on PATH:" \
+        "launch checks the bundle's signature with it before it installs or runs anything"
     scratch=$(mktemp -d)
     sums=$(sha256sum <"$bundle/SHA256SUMS" | cut -c1-64)
     grep -qF "{\"digest\":{\"sha256\":\"$sums\"},\"name\":\"SHA256SUMS\"}" "$bundle/statement.json" ||
@@ -158,7 +179,9 @@ check_signature() {
         refuse 1 "the signature of statement.dsse.json does not verify with $trust_value:" \
             "nothing was installed"
     else
-        say "openssl could not check the signature with $trust_value: repro verify checks it"
+        refuse 1 "no signature of statement.dsse.json could be checked with $trust_value" \
+            "(openssl 3.0 or later checks Ed25519; a key it cannot read checks nothing):" \
+            "nothing was installed"
     fi
 }
 check_signature

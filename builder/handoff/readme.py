@@ -121,9 +121,10 @@ def _run(lock: Lock) -> list[str]:
         )
     trust = (
         "It refuses, with the reason, at the first step that does not hold. "
-        f"`{LAUNCHER}` is one of the sealed files: it checks the others (and the signature, "
-        "where openssl is found) before it installs anything, but a changed one would not say "
-        "so: when the bundle did not come straight from its signer, check it first as below."
+        f"`{LAUNCHER}` is one of the sealed files: it checks the others and the signature "
+        "(openssl 3.0 or later) before it installs or runs anything, but a changed one "
+        "would not say so: when the bundle did not come straight from its signer, check it "
+        "first as below."
     )
     return [_wrap(first), usage, _wrap(what), _wrap(trust)]
 

@@ -20,7 +20,9 @@ change with the file); pip and setuptools, which `python3 -m venv` installs, are
 way against the wheels this interpreter's ensurepip holds. No other file may be there (a `.pth`
 file runs at every start). Bytecode caches are removed first: nothing checks them, and the
 launcher never writes them (`-B`, PYTHONDONTWRITEBYTECODE). `bin/python` must lead to this
-interpreter, and `pyvenv.cfg` must keep the system's site-packages out.
+interpreter; `pyvenv.cfg`, which says where the standard library is and whether the system's
+site-packages are seen, is written anew before every use; nothing but what `python -m venv`
+makes may sit beside it (no `bin/pyvenv.cfg`, `lib64` the link to `lib`).
 """
 
 from __future__ import annotations
@@ -31,6 +33,7 @@ import hashlib
 import io
 import json
 import os
+import platform
 import posixpath
 import re
 import shutil
@@ -44,6 +47,9 @@ _FIELD = re.compile(r"# (python|platform): (\S+)")
 _BOOKKEEPING = {"RECORD", "INSTALLER", "REQUESTED", "direct_url.json"}
 """Files pip writes into a dist-info directory itself, never run."""
 _MAX_SHOWN = 20
+
+
+VENV_ENTRIES = frozenset({"bin", "include", "lib", "lib64", "pyvenv.cfg"})
 
 
 def main(argv: list[str]) -> int:
@@ -162,11 +168,25 @@ def _check_interpreter(venv: Path) -> list[str]:
         if os.path.realpath(path) != here:
             found = os.path.realpath(path) if path.exists() else "nothing"
             problems.append(f"{path}: leads to {found}, not to {here}")
+    # getpath finds the standard library from pyvenv.cfg's `home`, site.py decides from it
+    # whether the system's site-packages are seen: both are written here, before every use,
+    # to what this interpreter needs, instead of trusting what the cache holds.
     config = venv / "pyvenv.cfg"
-    lines = config.read_text(encoding="utf-8").splitlines() if config.is_file() else []
-    values = {k.strip(): v.strip() for k, _, v in (line.partition("=") for line in lines)}
-    if values.get("include-system-site-packages") != "false":
-        problems.append(f"{config}: include-system-site-packages is not false")
+    if config.is_symlink() or not config.is_file():
+        problems.append(f"{config}: not the file python -m venv writes")
+    else:
+        config.write_text(
+            f"home = {Path(here).parent}\ninclude-system-site-packages = false\n"
+            f"version = {platform.python_version()}\nexecutable = {here}\n",
+            encoding="utf-8",
+        )
+    for stray in sorted({p.name for p in venv.iterdir()} - VENV_ENTRIES):
+        problems.append(f"{venv / stray}: not made by python -m venv")
+    if os.path.lexists(venv / "bin" / "pyvenv.cfg"):  # the interpreter would read it first
+        problems.append(f"{venv / 'bin' / 'pyvenv.cfg'}: not made by python -m venv")
+    lib64 = venv / "lib64"
+    if os.path.lexists(lib64) and (not lib64.is_symlink() or str(lib64.readlink()) != "lib"):
+        problems.append(f"{lib64}: not the link to lib that python -m venv makes")
     return problems
 
 
