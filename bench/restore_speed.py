@@ -22,7 +22,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import shutil
 import subprocess
 import sys
@@ -34,6 +33,7 @@ from typing import Any
 REPO_ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO_ROOT))
 
+from bench.machine import machine  # noqa: E402
 from builder.lock import Lock  # noqa: E402
 from builder.observe.artifacts import download, requirement_lines  # noqa: E402
 
@@ -48,23 +48,6 @@ def timed(command: list[str], **kwargs: Any) -> float:
     start = time.perf_counter()
     subprocess.run(command, check=True, stdout=subprocess.DEVNULL, **kwargs)
     return time.perf_counter() - start
-
-
-def machine() -> dict[str, Any]:
-    model = next(
-        (
-            line.split(":", 1)[1].strip()
-            for line in Path("/proc/cpuinfo").read_text().splitlines()
-            if line.startswith("model name")
-        ),
-        "unknown",
-    )
-    return {
-        "cpu": model,
-        "cores": os.cpu_count(),
-        "load_1m": os.getloadavg()[0],
-        "python": platform.python_version(),
-    }
 
 
 def main() -> int:

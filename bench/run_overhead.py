@@ -20,7 +20,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import signal
 import subprocess
 import sys
@@ -34,6 +33,7 @@ import httpx
 REPO_ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO_ROOT))
 
+from bench.machine import describe, machine  # noqa: E402
 from builder import tinymodel  # noqa: E402
 from builder.manifest import Manifest  # noqa: E402
 from launch import server as lifecycle  # noqa: E402
@@ -42,18 +42,6 @@ from launch.spec import server_spec  # noqa: E402
 MANIFEST = REPO_ROOT / "manifests" / "tiny-cpu.toml"
 HAND_POLL_S = 0.1
 TARGET_SHARE = 0.05
-
-
-def machine() -> str:
-    model = next(
-        (
-            line.split(":", 1)[1].strip()
-            for line in Path("/proc/cpuinfo").read_text().splitlines()
-            if line.startswith("model name")
-        ),
-        platform.processor() or "unknown CPU",
-    )
-    return f"{model}; {os.cpu_count()} cores; Python {platform.python_version()}"
 
 
 def load() -> str:
@@ -118,7 +106,7 @@ def main() -> None:
     for model in manifest.models:
         tinymodel.generate(model.directory(manifest.resolve(".")))
     workdir = Path(tempfile.mkdtemp(prefix="repro-bench-"))
-    print(f"machine: {machine()}")
+    print(f"machine: {describe(machine())}")
     print(f"load average before: {load()}")
     hand_before = start_by_hand(manifest, args.profile, workdir / "by-hand-before")
     invoked, wall, summary = run_repro(args.profile, workdir / "run")

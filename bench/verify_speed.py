@@ -29,7 +29,6 @@ import json
 import os
 import platform
 import re
-import resource
 import shutil
 import statistics
 import subprocess
@@ -46,6 +45,7 @@ from cryptography.hazmat.primitives.ciphers import Cipher, algorithms, modes
 REPO_ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO_ROOT))
 
+from bench.machine import machine, machine_busy_s, own_cpu_s  # noqa: E402
 from builder.sealing.bundle import SHA256SUMS, parse_sha256sums  # noqa: E402
 from builder.sealing.integrity import verify_bundle  # noqa: E402
 from builder.sealing.keys import SigningKey, TrustedKeys  # noqa: E402
@@ -109,7 +109,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     ideal_s = total / (rate * cores)
     document = {
         "version": 1,
-        "machine": machine(cores),
+        "machine": machine_document(cores),
         "files": {"count": count, "size_bytes": size_mib * MIB, "total_bytes": total},
         "sealed_files": len(files),
         "seal_s": round(seal_s, 3),
@@ -307,18 +307,6 @@ def measure(tools: list[Tool], rounds: int) -> list[Timing]:
     ]
 
 
-def own_cpu_s() -> float:
-    usage = [resource.getrusage(who) for who in (resource.RUSAGE_SELF, resource.RUSAGE_CHILDREN)]
-    return sum(use.ru_utime + use.ru_stime for use in usage)
-
-
-def machine_busy_s() -> float:
-    """CPU seconds all cores have spent not idle since boot (/proc/stat)."""
-    fields = [int(value) for value in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
-    idle = fields[3] + fields[4]  # idle, iowait
-    return (sum(fields[:8]) - idle) / os.sysconf("SC_CLK_TCK")
-
-
 # --- the machine --------------------------------------------------------------------------------
 
 
@@ -352,26 +340,10 @@ def resident_share(bundle: Path, files: list[str]) -> float | None:
     return round(resident / size, 4) if size else None
 
 
-def machine(cores: int) -> dict[str, Any]:
-    cpuinfo = Path("/proc/cpuinfo").read_text()
-    model = next(
-        (line.split(":", 1)[1].strip() for line in cpuinfo.splitlines() if "model name" in line),
-        platform.processor() or "unknown CPU",
-    )
-    memory_kib = next(
-        int(line.split()[1])
-        for line in Path("/proc/meminfo").read_text().splitlines()
-        if line.startswith("MemTotal:")
-    )
-    return {
-        "cpu": model,
-        "sha_ni": " sha_ni" in cpuinfo,
-        "cores": cores,
-        "memory_gib": round(memory_kib / (1 << 20), 1),
-        "kernel": platform.release(),
-        "python": platform.python_version(),
-        "load_average": [round(value, 2) for value in os.getloadavg()],
-    }
+def machine_document(cores: int) -> dict[str, Any]:
+    """The machine (`bench.machine`), with the cores this bench hashes on and SHA-NI."""
+    found = machine()
+    return {**found, "cores": cores, "sha_ni": "sha_ni" in found["cpu_flags"]}
 
 
 def openssl_library() -> str:
