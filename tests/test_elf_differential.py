@@ -150,9 +150,8 @@ def test_every_elf_file_of_the_system_library_directories_reads_as_pyelftools_re
     files = _elf_files(_system_dirs(), recursive=False)
     loader = os.path.realpath(host_config({}).interpreter)
     assert loader in files, f"the loader {loader} is not among the {len(files)} files read"
-    differences, ours, theirs = _differences(files)
+    differences, _, _ = _differences(files)
     assert differences == []
-    assert ours * 10 < theirs, f"{len(files)} files: {ours:.3f} s, pyelftools {theirs:.3f} s"
 
 
 def test_every_executable_of_usr_bin_reads_as_pyelftools_reads_it() -> None:

@@ -271,7 +271,7 @@ def test_a_kernel_set_placeholder_the_manifest_does_not_define_is_refused() -> N
 def test_a_kernel_path_not_in_placeholder_form_is_refused(
     tmp_path: Path, path: str, found: str
 ) -> None:
-    text = (ROOT / "kernels" / "laguna-b70.toml").read_text("utf-8")
+    text = (ROOT / "builder" / "kernels" / "laguna-b70.toml").read_text("utf-8")
     text = text.replace("{source.kernel_record_tree}/vllm_xpu_kernels/_C.abi3.so", path)
     (tmp_path / "laguna-b70.toml").write_text(text, "utf-8")
     with pytest.raises(BadInput) as refused:
