@@ -48,6 +48,8 @@ sys.path.insert(0, str(REPO_ROOT))
 
 from bench.machine import describe, machine  # noqa: E402
 from builder.manifest import Manifest  # noqa: E402
+from builder.native.elf import ElfError, is_elf, read_elf  # noqa: E402
+from builder.observe.python import record_entries  # noqa: E402
 from launch import server as lifecycle  # noqa: E402
 from launch.spec import server_spec  # noqa: E402
 
@@ -57,9 +59,7 @@ MANIFEST = REPO_ROOT / "manifests" / "tiny-cpu.toml"
 SERVE_VENV = REPO_ROOT / ".venv-serve"
 RESULT = REPO_ROOT / "bench" / "results" / "native_speed.json"
 REPRO = [str(REPO_ROOT / ".venv" / "bin" / "repro")]
-ELF_MAGIC = b"\x7fELF"
 ENVIRONMENT = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
-LOADABLE = (2, 3)  # e_type ET_EXEC, ET_DYN
 
 
 @dataclass(frozen=True)
@@ -273,21 +273,22 @@ def elf_files(root: Path) -> list[str]:
     return sorted(
         str(path)
         for path in root.rglob("*")
-        if not path.is_symlink() and path.is_file() and _is_elf(path, loadable=True)
+        if not path.is_symlink() and path.is_file() and _loadable(path)
     )
 
 
 def record_files(venv: Path) -> list[str]:
-    """Every file with a hash in a RECORD of the venv's site-packages."""
+    """Every file a RECORD of the venv's site-packages lists with a hash: what the RECORD check
+    of `verify --host` hashes (`record_entries`, bytecode caches aside)."""
     (site,) = venv.glob("lib/python3*/site-packages")
-    found = set()
-    for record in site.glob("*.dist-info/RECORD"):
-        for line in record.read_text(errors="replace").splitlines():
-            name, _, rest = line.partition(",")
-            path = Path(os.path.normpath(site / name))
-            if rest.startswith("sha256=") and path.is_file():
-                found.add(str(path))
-    return sorted(found)
+    return sorted(
+        {
+            entry.path
+            for dist_info in site.glob("*.dist-info")
+            for entry in record_entries(dist_info)
+            if entry.recorded is not None and Path(entry.path).is_file()
+        }
+    )
 
 
 def mapped_elves(root_pid: int) -> list[str]:
@@ -297,7 +298,7 @@ def mapped_elves(root_pid: int) -> list[str]:
             fields = line.split(maxsplit=5)
             if len(fields) == 6 and fields[5].startswith("/"):
                 path = Path(fields[5])
-                if path.is_file() and _is_elf(path):
+                if path.is_file() and is_elf(str(path)):
                     found.add(str(path))
     return sorted(found)
 
@@ -315,14 +316,11 @@ def stack_preloads(root_pid: int) -> list[str]:
     return found
 
 
-def _is_elf(path: Path, *, loadable: bool = False) -> bool:
+def _loadable(path: Path) -> bool:
     try:
-        with path.open("rb") as stream:
-            header = stream.read(18)
-    except OSError:
+        return read_elf(str(path)).e_type in ("ET_EXEC", "ET_DYN")
+    except ElfError:
         return False
-    e_type = int.from_bytes(header[16:18], "little" if header[5:6] == b"\x01" else "big")
-    return header[:4] == ELF_MAGIC and (not loadable or e_type in LOADABLE)
 
 
 def print_table(results: Sequence[dict[str, Any]]) -> None:

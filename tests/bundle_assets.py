@@ -7,10 +7,14 @@ the minimal test manifest; the lock is a tiny document. Sealed with the example 
 
 from __future__ import annotations
 
+import json
+import shutil
+from collections.abc import Callable
 from pathlib import Path
 
+from builder.sealing import bundle
 from builder.sealing.keys import SigningKey, TrustedKeys
-from builder.sealing.seal import BundleContent, Progress, SealedBundle, seal
+from builder.sealing.seal import BundleContent, Handoff, Progress, SealedBundle, seal
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 RECORD = REPO_ROOT / "records" / "laguna-102tps"
@@ -67,3 +71,47 @@ def seal_example(
 ) -> SealedBundle:
     parent.mkdir(parents=True, exist_ok=True)
     return seal(content(name, tag), key or example_key(), parent, force=force, progress=progress)
+
+
+def staged_content(staging: Path, manifest_source: str, *, handoff: bool = True) -> BundleContent:
+    """The content of a bundle directory `staging`, every file as it now is (the README too,
+    whatever the sealer would write), to seal again."""
+
+    def files(directory: str) -> dict[str, Path]:
+        return {p.name: p for p in (staging / directory).iterdir()}
+
+    return BundleContent(
+        name=staging.name,
+        manifest=staging / bundle.MANIFEST,
+        manifest_source=manifest_source,
+        lock=json.loads((staging / bundle.LOCK).read_text()),
+        oracle=files(bundle.ORACLE_DIR),
+        evidence=files(bundle.EVIDENCE_DIR),
+        kernels=files(bundle.KERNEL_SETS_DIR),
+        handoff=Handoff(
+            launcher=staging / bundle.LAUNCHER,
+            tools=files(bundle.TOOLS_DIR),
+            readme=lambda _: (staging / bundle.README).read_bytes(),
+        )
+        if handoff
+        else None,
+    )
+
+
+def resealed(
+    source: Path,
+    parent: Path,
+    edit: Callable[[Path], None],
+    manifest_source: str,
+    *,
+    handoff: bool = True,
+) -> Path:
+    """The bundle `source` copied, edited, then sealed again with the example key, every file
+    as edited: the signature and every digest hold, so only the recomputed claims can refuse."""
+    staging = parent / "staging" / source.name
+    shutil.copytree(source, staging)
+    edit(staging)
+    (parent / "out").mkdir()
+    return seal(
+        staged_content(staging, manifest_source, handoff=handoff), example_key(), parent / "out"
+    ).path

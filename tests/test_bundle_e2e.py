@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from bundle_assets import resealed
 from conftest import REPO_ROOT, SERVE_VENV, TINY_MANIFEST
 
 from builder import tinymodel
@@ -25,7 +26,6 @@ from builder.manifest import Manifest
 from builder.replay import launch
 from builder.sealing import bundle
 from builder.sealing.keys import SigningKey, TrustedKeys
-from builder.sealing.seal import BundleContent, Handoff, seal
 from builder.sealing.statement import Statement, repro_version
 from builder.verify import VerifyReport, verify
 from launch.run import ForbiddenEnvironment
@@ -56,26 +56,8 @@ def failed_claims(report: VerifyReport) -> list[str]:
 
 def reseal(source: Path, parent: Path, edit: Callable[[Path], None]) -> Path:
     """The bundle's content edited, then sealed again with the same key: the signature holds,
-    so only recomputing the claims can tell."""
-    staging = parent / "staging"
-    shutil.copytree(source, staging)
-    edit(staging)
-    content = BundleContent(
-        name=source.name,
-        manifest=staging / bundle.MANIFEST,
-        manifest_source=str(TINY_MANIFEST),
-        lock=json.loads((staging / bundle.LOCK).read_text()),
-        oracle={p.name: p for p in (staging / bundle.ORACLE_DIR).iterdir()},
-        evidence={p.name: p for p in (staging / bundle.EVIDENCE_DIR).iterdir()},
-        kernels={p.name: p for p in (staging / bundle.KERNEL_SETS_DIR).iterdir()},
-        handoff=Handoff(
-            launcher=staging / bundle.LAUNCHER,
-            tools={p.name: p for p in (staging / bundle.TOOLS_DIR).iterdir()},
-            readme=lambda _: (staging / bundle.README).read_bytes(),  # as built: it may now lie
-        ),
-    )
-    (parent / "out").mkdir()
-    return seal(content, KEY, parent / "out").path
+    so only recomputing the claims can tell (a README as built may now lie)."""
+    return resealed(source, parent, edit, str(TINY_MANIFEST))
 
 
 def edit_json(path: Path, change: Callable[[object], object]) -> None:

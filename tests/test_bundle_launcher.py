@@ -25,6 +25,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+import bundle_assets
 import pytest
 from conftest import REPO_ROOT
 
@@ -34,7 +35,6 @@ from builder.drift import DriftKind
 from builder.handoff.readme import CHECK_HEADING
 from builder.sealing import bundle
 from builder.sealing.keys import SigningKey, TrustedKeys, write_key_pair
-from builder.sealing.seal import BundleContent, Handoff, seal
 from builder.sealing.statement import repro_version
 from builder.verify import verify
 
@@ -451,29 +451,10 @@ def test_a_changed_private_environment_is_refused(
 
 
 def resealed(root: Path, edit: Callable[[Path], None], *, handoff: bool = True) -> Path:
-    """The committed Laguna bundle edited, then sealed again with the example key, every file as
-    edited: the signature and every digest hold, so only the recomputed claims can refuse it."""
-    staging = root / "staging" / LAGUNA
-    shutil.copytree(COMMITTED / LAGUNA, staging)
-    edit(staging)
-    content = BundleContent(
-        name=LAGUNA,
-        manifest=staging / bundle.MANIFEST,
-        manifest_source="manifests/laguna-102tps.toml",
-        lock=json.loads((staging / bundle.LOCK).read_text()),
-        oracle={p.name: p for p in (staging / bundle.ORACLE_DIR).iterdir()},
-        evidence={p.name: p for p in (staging / bundle.EVIDENCE_DIR).iterdir()},
-        kernels={p.name: p for p in (staging / bundle.KERNEL_SETS_DIR).iterdir()},
-        handoff=Handoff(
-            launcher=staging / bundle.LAUNCHER,
-            tools={p.name: p for p in (staging / bundle.TOOLS_DIR).iterdir()},
-            readme=lambda _: (staging / bundle.README).read_bytes(),
-        )
-        if handoff
-        else None,
+    """The committed Laguna bundle edited, then sealed again with the example key."""
+    return bundle_assets.resealed(
+        COMMITTED / LAGUNA, root, edit, "manifests/laguna-102tps.toml", handoff=handoff
     )
-    (root / "out").mkdir()
-    return seal(content, SigningKey.from_path(PRIVATE), root / "out").path
 
 
 def _append(relative: str, data: bytes) -> Callable[[Path], None]:

@@ -138,8 +138,8 @@ def _system_dirs() -> list[Path]:
 
 
 def test_every_elf_file_of_the_serving_venv_reads_as_pyelftools_reads_it() -> None:
-    if not SERVE_VENV.is_dir():
-        pytest.skip(f"no serving venv at {SERVE_VENV}: make it with `make serve-env`")
+    # a missing serving venv fails, as it does for the server tests: `make test` makes it
+    assert SERVE_VENV.is_dir(), f"no serving venv at {SERVE_VENV}: run `make serve-env`"
     files = _elf_files([SERVE_VENV], recursive=True)
     assert len(files) > 100, f"only {len(files)} ELF files under {SERVE_VENV}"
     assert _differences(files)[0] == []

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from bundle_assets import resealed
 
 from builder.build import BuildRefused, build
 from builder.cli import main
@@ -22,7 +23,6 @@ from builder.lock import EvidenceClass
 from builder.manifest import Manifest
 from builder.sealing import bundle
 from builder.sealing.keys import SigningKey, TrustedKeys
-from builder.sealing.seal import BundleContent, Handoff, seal
 from builder.verify import VerifyReport, verify
 from launch.run import RunPlan, run_profile
 
@@ -85,25 +85,7 @@ def test_building_it_again_from_the_manifest_gives_a_bundle_that_verifies(tmp_pa
 
 
 def reseal(tmp_path: Path, edit: Callable[[Path], None]) -> Path:
-    staging = tmp_path / "staging"
-    shutil.copytree(COMMITTED, staging)
-    edit(staging)
-    content = BundleContent(
-        name=COMMITTED.name,
-        manifest=staging / bundle.MANIFEST,
-        manifest_source="manifests/laguna-102tps.toml",
-        lock=json.loads((staging / bundle.LOCK).read_text()),
-        oracle={p.name: p for p in (staging / bundle.ORACLE_DIR).iterdir()},
-        evidence={p.name: p for p in (staging / bundle.EVIDENCE_DIR).iterdir()},
-        kernels={p.name: p for p in (staging / bundle.KERNEL_SETS_DIR).iterdir()},
-        handoff=Handoff(
-            launcher=staging / bundle.LAUNCHER,
-            tools={p.name: p for p in (staging / bundle.TOOLS_DIR).iterdir()},
-            readme=lambda _: (staging / bundle.README).read_bytes(),  # as committed
-        ),
-    )
-    (tmp_path / "out").mkdir()
-    return seal(content, KEY, tmp_path / "out").path
+    return resealed(COMMITTED, tmp_path, edit, "manifests/laguna-102tps.toml")
 
 
 def _bench(change: Callable[[list[dict[str, object]]], None]) -> Callable[[Path], None]:
