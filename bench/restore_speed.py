@@ -34,8 +34,8 @@ REPO_ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO_ROOT))
 
 from bench.machine import machine  # noqa: E402
-from builder.lock import Lock  # noqa: E402
-from builder.observe.artifacts import download, requirement_lines  # noqa: E402
+from repro_serving.builder.lock import Lock  # noqa: E402
+from repro_serving.builder.observe.artifacts import download, requirement_lines  # noqa: E402
 
 BUNDLE = REPO_ROOT / "repro" / "tiny-cpu"
 PUBLIC = REPO_ROOT / "keys" / "example.pub"

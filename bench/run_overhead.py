@@ -34,10 +34,10 @@ REPO_ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO_ROOT))
 
 from bench.machine import describe, machine  # noqa: E402
-from builder import tinymodel  # noqa: E402
-from builder.manifest import Manifest  # noqa: E402
-from launch import server as lifecycle  # noqa: E402
-from launch.spec import server_spec  # noqa: E402
+from repro_serving.builder import tinymodel  # noqa: E402
+from repro_serving.builder.manifest import Manifest  # noqa: E402
+from repro_serving.launch import server as lifecycle  # noqa: E402
+from repro_serving.launch.spec import server_spec  # noqa: E402
 
 MANIFEST = REPO_ROOT / "manifests" / "tiny-cpu.toml"
 HAND_POLL_S = 0.1

@@ -46,10 +46,10 @@ REPO_ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO_ROOT))
 
 from bench.machine import machine, machine_busy_s, own_cpu_s  # noqa: E402
-from builder.sealing.bundle import SHA256SUMS, parse_sha256sums  # noqa: E402
-from builder.sealing.integrity import verify_bundle  # noqa: E402
-from builder.sealing.keys import SigningKey, TrustedKeys  # noqa: E402
-from builder.sealing.seal import BundleContent, seal  # noqa: E402
+from repro_serving.builder.sealing.bundle import SHA256SUMS, parse_sha256sums  # noqa: E402
+from repro_serving.builder.sealing.integrity import verify_bundle  # noqa: E402
+from repro_serving.builder.sealing.keys import SigningKey, TrustedKeys  # noqa: E402
+from repro_serving.builder.sealing.seal import BundleContent, seal  # noqa: E402
 
 EXAMPLE_KEY = REPO_ROOT / "keys" / "example.key"
 EXAMPLE_PUB = REPO_ROOT / "keys" / "example.pub"
@@ -282,7 +282,7 @@ def environment_with_this_checkout() -> dict[str, str]:
 
 def repro_command() -> list[str]:
     script = Path(sys.executable).parent / "repro"
-    return [str(script)] if script.exists() else [sys.executable, "-m", "builder.cli"]
+    return [str(script)] if script.exists() else [sys.executable, "-m", "repro_serving"]
 
 
 def measure(tools: list[Tool], rounds: int) -> list[Timing]:

@@ -14,9 +14,9 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from builder import imported
-from builder.canonical import canonical_json
-from builder.claims import (
+from repro_serving.builder import imported
+from repro_serving.builder.canonical import canonical_json
+from repro_serving.builder.claims import (
     DispatchFindings,
     bundle_claim,
     dispatch_claims,
@@ -25,12 +25,12 @@ from builder.claims import (
     oracle_claim,
     roles_claim,
 )
-from builder.drift import Drift, DriftKind
-from builder.errors import ReproError
-from builder.handoff.launcher import HELPER_SOURCE, LAUNCHER_SOURCE
-from builder.handoff.readme import in_readme, render_readme
-from builder.hashing import sha256_file
-from builder.lock import (
+from repro_serving.builder.drift import Drift, DriftKind
+from repro_serving.builder.errors import ReproError
+from repro_serving.builder.handoff.launcher import HELPER_SOURCE, LAUNCHER_SOURCE
+from repro_serving.builder.handoff.readme import in_readme, render_readme
+from repro_serving.builder.hashing import sha256_file
+from repro_serving.builder.lock import (
     DispatchClaim,
     EvidenceClass,
     HostClaim,
@@ -41,26 +41,32 @@ from builder.lock import (
     PythonClaim,
     SourceClaim,
 )
-from builder.manifest import Manifest, Suite, expand
-from builder.native.auditreport import AuditDocument, ProcessEvidence
-from builder.native.kernels import KernelSet, kernel_set_files
-from builder.observations import (
+from repro_serving.builder.manifest import Manifest, Suite, expand
+from repro_serving.builder.native.auditreport import AuditDocument, ProcessEvidence
+from repro_serving.builder.native.kernels import KernelSet, kernel_set_files
+from repro_serving.builder.observations import (
     OBSERVATIONS_FILE,
     Observations,
     ObservationsDocument,
     drifts,
     observe,
 )
-from builder.observe.artifacts import ArtifactFacts, resolve_artifacts
-from builder.observe.dispatch import DISPATCH_FILE, probe_code_paths
-from builder.observe.python import placeholder_path
-from builder.observe.tools import build_tools
-from builder.sealing import bundle
-from builder.sealing.keys import SigningKey
-from builder.sealing.seal import BundleContent, Handoff, SealedBundle, check_destination, seal
-from builder.verify import OpenedBundle, recompute
-from launch.run import RunPlan, RunRecord, capture_teacher, run_profile
-from launch.rundir import (
+from repro_serving.builder.observe.artifacts import ArtifactFacts, resolve_artifacts
+from repro_serving.builder.observe.dispatch import DISPATCH_FILE, probe_code_paths
+from repro_serving.builder.observe.python import placeholder_path
+from repro_serving.builder.observe.tools import build_tools
+from repro_serving.builder.sealing import bundle
+from repro_serving.builder.sealing.keys import SigningKey
+from repro_serving.builder.sealing.seal import (
+    BundleContent,
+    Handoff,
+    SealedBundle,
+    check_destination,
+    seal,
+)
+from repro_serving.builder.verify import OpenedBundle, recompute
+from repro_serving.launch.run import RunPlan, RunRecord, capture_teacher, run_profile
+from repro_serving.launch.rundir import (
     AUDIT_DIR,
     RUN_EVIDENCE,
     START_EVIDENCE,

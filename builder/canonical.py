@@ -19,8 +19,8 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from builder.errors import BadInput
-from builder.readers import parse_json
+from repro_serving.builder.errors import BadInput
+from repro_serving.builder.readers import parse_json
 
 
 def canonical_json(value: object) -> bytes:

@@ -8,9 +8,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from builder.canonical import canonical_json
-from builder.hashing import sha256_bytes, sha256_file
-from builder.lock import (
+from repro_serving.builder.canonical import canonical_json
+from repro_serving.builder.hashing import sha256_bytes, sha256_file
+from repro_serving.builder.lock import (
     BundleClaim,
     DispatchClaim,
     EvidenceClass,
@@ -19,15 +19,15 @@ from builder.lock import (
     OracleRowClaim,
     ThroughputClaim,
 )
-from builder.manifest import Manifest, Suite
-from builder.native.auditreport import ProcessEvidence
-from builder.native.dispatch import DispatchKind, HostCapabilities, predict
-from builder.native.kernels import KernelSet
-from builder.native.modules import is_module_file
-from builder.observe.python import placeholder_path
-from builder.sealing.statement import repro_version
-from launch.evidence import OracleRow
-from launch.throughput import measure
+from repro_serving.builder.manifest import Manifest, Suite
+from repro_serving.builder.native.auditreport import ProcessEvidence
+from repro_serving.builder.native.dispatch import DispatchKind, HostCapabilities, predict
+from repro_serving.builder.native.kernels import KernelSet
+from repro_serving.builder.native.modules import is_module_file
+from repro_serving.builder.observe.python import placeholder_path
+from repro_serving.builder.sealing.statement import repro_version
+from repro_serving.launch.evidence import OracleRow
+from repro_serving.launch.throughput import measure
 
 LOADER_PATH_VARIABLES = ("LD_LIBRARY_PATH", "LD_PRELOAD")
 

@@ -20,8 +20,8 @@ from collections.abc import Sequence
 from types import ModuleType
 from typing import NoReturn
 
-from builder import commands
-from builder.errors import BadInput, ExitCode, ReproError
+from repro_serving.builder import commands
+from repro_serving.builder.errors import BadInput, ExitCode, ReproError
 
 _INTERNAL_MESSAGE_LIMIT = 300
 """Characters of an internal error's message shown: some exceptions carry a whole input."""
@@ -122,7 +122,9 @@ def _report(
 ) -> int:
     """`code`, after the error's document on stdout when `--json` was asked."""
     if as_json:
-        from builder.render import write_json  # rich and pydantic: only when a document is asked
+        from repro_serving.builder.render import (
+            write_json,  # rich and pydantic: only when a document is asked
+        )
 
         error = {"what": what, "where": where, "expected": expected, "found": found}
         write_json({"ok": False, "error": {**error, "exit_code": int(code)}})

@@ -12,8 +12,8 @@ from typing import Final, TypeVar
 
 from pydantic import BaseModel, ValidationError
 
-from builder.errors import BadInput
-from builder.readers import EVIDENCE_LIMIT, read_bytes
+from repro_serving.builder.errors import BadInput
+from repro_serving.builder.readers import EVIDENCE_LIMIT, read_bytes
 
 SHOWN_PROBLEMS: Final = 10
 

@@ -23,7 +23,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import TypeVar
 
-from builder.errors import NotObservable
+from repro_serving.builder.errors import NotObservable
 
 READ_SIZE = 1 << 20
 BATCH_BYTES = 8 << 20

@@ -13,18 +13,23 @@ import tempfile
 from collections.abc import Mapping
 from pathlib import Path
 
-from builder.drift import Drift, DriftKind
-from builder.errors import ReproError
-from builder.hashing import file_size, over_cores, sha256_file
-from builder.lock import Lock, MappedObject
-from builder.manifest import expand
-from builder.native.dispatch import HostCapabilities, differs, predict
-from builder.native.kernels import dispatches
-from builder.native.loader import FileSystem, dlopen_closure, executable_closure
-from builder.native.loaderhost import HostFileSystem, RememberingFileSystem, host_config, read_cache
-from builder.observations import Observations, drifts, observe
-from builder.observe.host import observe_host
-from builder.verify import OpenedBundle
+from repro_serving.builder.drift import Drift, DriftKind
+from repro_serving.builder.errors import ReproError
+from repro_serving.builder.hashing import file_size, over_cores, sha256_file
+from repro_serving.builder.lock import Lock, MappedObject
+from repro_serving.builder.manifest import expand
+from repro_serving.builder.native.dispatch import HostCapabilities, differs, predict
+from repro_serving.builder.native.kernels import dispatches
+from repro_serving.builder.native.loader import FileSystem, dlopen_closure, executable_closure
+from repro_serving.builder.native.loaderhost import (
+    HostFileSystem,
+    RememberingFileSystem,
+    host_config,
+    read_cache,
+)
+from repro_serving.builder.observations import Observations, drifts, observe
+from repro_serving.builder.observe.host import observe_host
+from repro_serving.builder.verify import OpenedBundle
 
 __all__ = ["capabilities", "dispatch_drifts", "host_drifts", "native_drifts", "observe"]
 

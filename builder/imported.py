@@ -15,13 +15,13 @@ from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, JsonValue
 
-from builder.canonical import canonical_json
-from builder.claims import ClaimCheck, bundle_claim, content_check, oracle_claim
-from builder.documents import parse_document
-from builder.drift import Drift, DriftKind
-from builder.errors import BadInput
-from builder.hashing import sha256_bytes, sha256_file
-from builder.lock import (
+from repro_serving.builder.canonical import canonical_json
+from repro_serving.builder.claims import ClaimCheck, bundle_claim, content_check, oracle_claim
+from repro_serving.builder.documents import parse_document
+from repro_serving.builder.drift import Drift, DriftKind
+from repro_serving.builder.errors import BadInput
+from repro_serving.builder.hashing import sha256_bytes, sha256_file
+from repro_serving.builder.lock import (
     EvidenceClass,
     HostClaim,
     LaunchClaim,
@@ -32,15 +32,15 @@ from builder.lock import (
     RecordClaim,
     SourceClaim,
 )
-from builder.manifest import Evidence, Manifest, Suite
-from builder.native.kernels import KERNELS_DIR, kernel_set_files, runtime_markers
-from builder.readers import EVIDENCE_LIMIT, read_bytes
-from builder.sealing import bundle
-from builder.sealing.keys import SigningKey
-from builder.sealing.seal import BundleContent, Handoff, SealedBundle, seal
-from launch import gates
-from launch.evidence import Teacher, Verdict
-from launch.historical import (
+from repro_serving.builder.manifest import Evidence, Manifest, Suite
+from repro_serving.builder.native.kernels import KERNELS_DIR, kernel_set_files, runtime_markers
+from repro_serving.builder.readers import EVIDENCE_LIMIT, read_bytes
+from repro_serving.builder.sealing import bundle
+from repro_serving.builder.sealing.keys import SigningKey
+from repro_serving.builder.sealing.seal import BundleContent, Handoff, SealedBundle, seal
+from repro_serving.launch import gates
+from repro_serving.launch.evidence import Teacher, Verdict
+from repro_serving.launch.historical import (
     Record,
     load_bench,
     load_cleanup_status,
@@ -49,7 +49,7 @@ from launch.historical import (
     load_teacher,
     read_log,
 )
-from launch.throughput import measure
+from repro_serving.launch.throughput import measure
 
 RUN = "run"
 TEACHER_TOKENS = "teacher-tokens.json"

@@ -15,9 +15,9 @@ from typing import Any, Final, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from builder.canonical import canonical_json, parse_canonical
-from builder.documents import validate_document
-from builder.errors import BadInput
+from repro_serving.builder.canonical import canonical_json, parse_canonical
+from repro_serving.builder.documents import validate_document
+from repro_serving.builder.errors import BadInput
 
 LOCK_SCHEMA: Final = "repro.lock/v1"
 

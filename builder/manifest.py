@@ -40,8 +40,8 @@ from pydantic import (
 )
 from pydantic_core import InitErrorDetails, PydanticCustomError
 
-from builder.errors import BadInput
-from builder.readers import (
+from repro_serving.builder.errors import BadInput
+from repro_serving.builder.readers import (
     MANIFEST_LIMIT,
     SUITE_LIMIT,
     NoSuchFile,
@@ -178,7 +178,7 @@ def _duplicates(loc: Loc, values: Iterable[str], what: str) -> list[InitErrorDet
 def _regex_errors(loc: Loc, pattern: str, groups: int | None = None) -> list[InitErrorDetails]:
     """Why a declared pattern cannot run: compiled now by the engine that will search the log
     with it (`builder.patterns`), so RE2's refusals (backreferences, lookaround) come here."""
-    from builder.patterns import SYNTAX, compile_pattern
+    from repro_serving.builder.patterns import SYNTAX, compile_pattern
 
     try:
         compiled = compile_pattern(pattern, where=_key_path(loc))
@@ -1416,4 +1416,8 @@ def _show(value: object) -> str:
 
 def shipped_schema() -> str:
     """The JSON Schema file shipped with repro; tests hold it equal to `schema_document()`."""
-    return resources.files("builder").joinpath("schemas", "manifest.v1.json").read_text("utf-8")
+    return (
+        resources.files("repro_serving.builder")
+        .joinpath("schemas", "manifest.v1.json")
+        .read_text("utf-8")
+    )

@@ -15,20 +15,20 @@ from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict
 
-from builder.canonical import canonical_json
-from builder.documents import parse_document
-from builder.drift import Drift, DriftKind
-from builder.errors import NotObservable, ReproError
-from builder.lock import WheelArtifact
-from builder.manifest import Manifest
-from builder.observe import host as host_observer
-from builder.observe import models as model_observer
-from builder.observe import python as python_observer
-from builder.observe import sources as source_observer
-from builder.observe.host import HostFacts
-from builder.observe.models import ModelFacts
-from builder.observe.python import PythonFacts, Venv, placeholder_path, venv_values
-from builder.observe.sources import SourceFacts
+from repro_serving.builder.canonical import canonical_json
+from repro_serving.builder.documents import parse_document
+from repro_serving.builder.drift import Drift, DriftKind
+from repro_serving.builder.errors import NotObservable, ReproError
+from repro_serving.builder.lock import WheelArtifact
+from repro_serving.builder.manifest import Manifest
+from repro_serving.builder.observe import host as host_observer
+from repro_serving.builder.observe import models as model_observer
+from repro_serving.builder.observe import python as python_observer
+from repro_serving.builder.observe import sources as source_observer
+from repro_serving.builder.observe.host import HostFacts
+from repro_serving.builder.observe.models import ModelFacts
+from repro_serving.builder.observe.python import PythonFacts, Venv, placeholder_path, venv_values
+from repro_serving.builder.observe.sources import SourceFacts
 
 
 @dataclass(frozen=True)

@@ -50,7 +50,7 @@ from typing import Any, Final
 
 import re2  # type: ignore[import-untyped]
 
-from builder.errors import BadInput
+from repro_serving.builder.errors import BadInput
 
 SYNTAX: Final = "a regular expression RE2 accepts: no backreferences, no lookaround"
 MAX_MEM: Final = 8 << 20

@@ -33,7 +33,7 @@ from itertools import accumulate
 from pathlib import Path
 from typing import Any, BinaryIO, Final, cast
 
-from builder.errors import BadInput, NotObservable, ReproError
+from repro_serving.builder.errors import BadInput, NotObservable, ReproError
 
 KIB: Final = 1 << 10
 MIB: Final = 1 << 20

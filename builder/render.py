@@ -14,7 +14,7 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from builder.drift import Drift
+from repro_serving.builder.drift import Drift
 
 JSON_VERSION = 1
 

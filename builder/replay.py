@@ -12,25 +12,25 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from builder.build import (
+from repro_serving.builder.build import (
     assemble_lock,
     evidence_files,
     live_dispatch,
     probe_dispatch,
 )
-from builder.canonical import canonical_json
-from builder.hashing import sha256_file
-from builder.native.kernels import KernelSet, kernel_set_files
-from builder.observations import OBSERVATIONS_FILE, ObservationsDocument
-from builder.observe.artifacts import ArtifactFacts
-from builder.observe.dispatch import DISPATCH_FILE
-from builder.sealing import bundle
-from builder.sealing.bundle import KERNEL_SETS_DIR, SUITE_FILE, TEACHER_FILE
-from builder.sealing.keys import SigningKey, TrustedKeys
-from builder.sealing.seal import BundleContent, SealedBundle, seal
-from builder.verify import NotVerified, OpenedBundle, VerifyReport, verify
-from launch.evidence import Teacher
-from launch.run import RunPlan, RunRecord, run_profile
+from repro_serving.builder.canonical import canonical_json
+from repro_serving.builder.hashing import sha256_file
+from repro_serving.builder.native.kernels import KernelSet, kernel_set_files
+from repro_serving.builder.observations import OBSERVATIONS_FILE, ObservationsDocument
+from repro_serving.builder.observe.artifacts import ArtifactFacts
+from repro_serving.builder.observe.dispatch import DISPATCH_FILE
+from repro_serving.builder.sealing import bundle
+from repro_serving.builder.sealing.bundle import KERNEL_SETS_DIR, SUITE_FILE, TEACHER_FILE
+from repro_serving.builder.sealing.keys import SigningKey, TrustedKeys
+from repro_serving.builder.sealing.seal import BundleContent, SealedBundle, seal
+from repro_serving.builder.verify import NotVerified, OpenedBundle, VerifyReport, verify
+from repro_serving.launch.evidence import Teacher
+from repro_serving.launch.run import RunPlan, RunRecord, run_profile
 
 
 class PreflightRefused(NotVerified):

@@ -31,8 +31,8 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from builder.errors import BadInput
-from builder.hashing import sha256_file
+from repro_serving.builder.errors import BadInput
+from repro_serving.builder.hashing import sha256_file
 
 SEED = 20240531
 WEIGHT_STD = 0.2

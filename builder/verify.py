@@ -15,8 +15,8 @@ from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
 
-from builder import imported
-from builder.claims import (
+from repro_serving.builder import imported
+from repro_serving.builder.claims import (
     ClaimCheck,
     content_check,
     dispatch_claims,
@@ -25,28 +25,28 @@ from builder.claims import (
     oracle_claim,
     roles_claim,
 )
-from builder.documents import read_document, read_sealed
-from builder.drift import Drift
-from builder.errors import BadInput, ReproError
-from builder.handoff.checks import handoff_checks
-from builder.hashing import sha256_bytes, sha256_file
-from builder.lock import EvidenceClass, Lock, OracleRowClaim
-from builder.manifest import Manifest, Suite, expand
-from builder.native.auditreport import AuditDocument, AuditDrifts, ProcessEvidence
-from builder.native.kernels import KernelSet
-from builder.observations import (
+from repro_serving.builder.documents import read_document, read_sealed
+from repro_serving.builder.drift import Drift
+from repro_serving.builder.errors import BadInput, ReproError
+from repro_serving.builder.handoff.checks import handoff_checks
+from repro_serving.builder.hashing import sha256_bytes, sha256_file
+from repro_serving.builder.lock import EvidenceClass, Lock, OracleRowClaim
+from repro_serving.builder.manifest import Manifest, Suite, expand
+from repro_serving.builder.native.auditreport import AuditDocument, AuditDrifts, ProcessEvidence
+from repro_serving.builder.native.kernels import KernelSet
+from repro_serving.builder.observations import (
     OBSERVATIONS_FILE,
     Observations,
     ObservationsDocument,
 )
-from builder.observe.dispatch import DISPATCH_FILE, Probes
-from builder.readers import LOCK_LIMIT, MANIFEST_LIMIT
-from builder.sealing import bundle
-from builder.sealing.bundle import KERNEL_SETS_DIR, SUITE_FILE, TEACHER_FILE
-from builder.sealing.integrity import verify_bundle
-from builder.sealing.keys import TrustedKeys
-from launch import metrics, quality
-from launch.evidence import (
+from repro_serving.builder.observe.dispatch import DISPATCH_FILE, Probes
+from repro_serving.builder.readers import LOCK_LIMIT, MANIFEST_LIMIT
+from repro_serving.builder.sealing import bundle
+from repro_serving.builder.sealing.bundle import KERNEL_SETS_DIR, SUITE_FILE, TEACHER_FILE
+from repro_serving.builder.sealing.integrity import verify_bundle
+from repro_serving.builder.sealing.keys import TrustedKeys
+from repro_serving.launch import metrics, quality
+from repro_serving.launch.evidence import (
     OracleRow,
     Rows,
     RunDocument,
@@ -55,8 +55,8 @@ from launch.evidence import (
     Verdict,
     Verdicts,
 )
-from launch.gates import audit_verdict, judge_run
-from launch.rundir import (
+from repro_serving.launch.gates import audit_verdict, judge_run
+from repro_serving.launch.rundir import (
     AUDIT_DIR,
     DRIFTS_FILE,
     LOG_FILE,
@@ -68,7 +68,7 @@ from launch.rundir import (
     VERDICTS_FILE,
     evidence_names,
 )
-from launch.spec import RUN_PRIVATE_ENV
+from repro_serving.launch.spec import RUN_PRIVATE_ENV
 
 
 @dataclass(frozen=True)
@@ -101,7 +101,9 @@ def verify(
     checks = recompute(sealed, handoff=not integrity.sealed_run)
     if not host:
         return VerifyReport(path, integrity.key_ids, checks, ())
-    from builder import hostcheck  # observing this host: only what `--host` runs imports it
+    from repro_serving.builder import (
+        hostcheck,  # observing this host: only what `--host` runs imports it
+    )
 
     # The cheapest refusal first: on a host that selects other code, nothing else matters.
     selected = hostcheck.dispatch_drifts(sealed, hostcheck.capabilities())

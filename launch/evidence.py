@@ -15,7 +15,7 @@ from typing import Self
 
 from pydantic import BaseModel, ConfigDict, Field, RootModel, model_validator
 
-from builder.documents import parse_document
+from repro_serving.builder.documents import parse_document
 
 
 class _Record(BaseModel):

@@ -18,9 +18,9 @@ from collections import Counter
 from collections.abc import Iterable, Sequence
 from typing import Final
 
-from builder.drift import Drift
-from builder.errors import BadInput
-from builder.manifest import (
+from repro_serving.builder.drift import Drift
+from repro_serving.builder.errors import BadInput
+from repro_serving.builder.manifest import (
     FreshStartThroughputGate,
     Gates,
     LogMarker,
@@ -28,8 +28,8 @@ from builder.manifest import (
     SpecDecodeGate,
     ThroughputGate,
 )
-from builder.patterns import compile_pattern
-from launch.evidence import (
+from repro_serving.builder.patterns import compile_pattern
+from repro_serving.launch.evidence import (
     MetricsDelta,
     OracleRow,
     RunEvidence,
@@ -37,8 +37,8 @@ from launch.evidence import (
     Verdict,
     VerdictStatus,
 )
-from launch.metrics import samples
-from launch.throughput import HISTORICAL_LABEL, UnmeasurableRow, measure
+from repro_serving.launch.metrics import samples
+from repro_serving.launch.throughput import HISTORICAL_LABEL, UnmeasurableRow, measure
 
 SURVIVAL_RATIO_MAX: Final = 0.5
 """Default bound on last/first of the per-position acceptance curve; see `survival_problem`."""

@@ -20,10 +20,16 @@ from typing import Annotated, Final, TypeVar
 
 from pydantic import BaseModel, ConfigDict, StringConstraints, ValidationError
 
-from builder.errors import BadInput
-from builder.readers import EVIDENCE_LIMIT, NoSuchFile, NotParsed, parse_json, read_bytes
-from launch.evidence import MetricsDelta, OracleRow, RunEvidence, Teacher, TeacherRow
-from launch.metrics import delta
+from repro_serving.builder.errors import BadInput
+from repro_serving.builder.readers import (
+    EVIDENCE_LIMIT,
+    NoSuchFile,
+    NotParsed,
+    parse_json,
+    read_bytes,
+)
+from repro_serving.launch.evidence import MetricsDelta, OracleRow, RunEvidence, Teacher, TeacherRow
+from repro_serving.launch.metrics import delta
 
 RUN_DIR: Final = Path("evidence") / "record-run"
 TEACHER_TOKENS: Final = Path("teacher-token-oracle-v1.json")

@@ -21,8 +21,8 @@ from typing import Final
 
 from prometheus_client.parser import text_string_to_metric_families
 
-from builder.errors import BadInput, ReproError
-from launch.evidence import MetricsDelta
+from repro_serving.builder.errors import BadInput, ReproError
+from repro_serving.launch.evidence import MetricsDelta
 
 LabelSet = frozenset[tuple[str, str]]
 Samples = Mapping[str, Mapping[LabelSet, float]]

@@ -26,9 +26,9 @@ from typing import Any, Final
 import httpx
 from pydantic import JsonValue
 
-from builder.errors import NotObservable
-from builder.manifest import Prompt, Suite
-from launch.evidence import OracleRow
+from repro_serving.builder.errors import NotObservable
+from repro_serving.builder.manifest import Prompt, Suite
+from repro_serving.launch.evidence import OracleRow
 
 ENDPOINTS: Final = {"chat": "/v1/chat/completions", "completion": "/v1/completions"}
 METRICS_PATH: Final = "/metrics"

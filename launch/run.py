@@ -32,18 +32,18 @@ from pathlib import Path
 from types import FrameType
 from typing import Any, Final, cast
 
-from builder.errors import BadInput, ExitCode, ReproError
-from builder.manifest import Manifest, Suite
-from builder.native.audit import AuditReport
-from builder.native.auditreport import report_document
-from builder.native.dispatch import HostCapabilities
-from builder.native.kernels import KERNELS_DIR, runtime_markers
-from builder.native.policy import judge_tree, observe_tree, policy_from_manifest
-from builder.native.processes import HashMemo
-from builder.observe.host import observe_host
-from launch import gates, metrics, oracle, quality, registry
-from launch import server as lifecycle
-from launch.evidence import (
+from repro_serving.builder.errors import BadInput, ExitCode, ReproError
+from repro_serving.builder.manifest import Manifest, Suite
+from repro_serving.builder.native.audit import AuditReport
+from repro_serving.builder.native.auditreport import report_document
+from repro_serving.builder.native.dispatch import HostCapabilities
+from repro_serving.builder.native.kernels import KERNELS_DIR, runtime_markers
+from repro_serving.builder.native.policy import judge_tree, observe_tree, policy_from_manifest
+from repro_serving.builder.native.processes import HashMemo
+from repro_serving.builder.observe.host import observe_host
+from repro_serving.launch import gates, metrics, oracle, quality, registry
+from repro_serving.launch import server as lifecycle
+from repro_serving.launch.evidence import (
     MetricsDelta,
     OracleRow,
     RunDocument,
@@ -53,7 +53,7 @@ from launch.evidence import (
     Verdict,
     VerdictStatus,
 )
-from launch.rundir import (
+from repro_serving.launch.rundir import (
     AUDIT_DIR,
     DRIFTS_FILE,
     LOG_FILE,
@@ -68,8 +68,8 @@ from launch.rundir import (
     RunDirectory,
     RunStatus,
 )
-from launch.spec import server_spec
-from launch.throughput import UnmeasurableRow, measure, row_rate
+from repro_serving.launch.spec import server_spec
+from repro_serving.launch.throughput import UnmeasurableRow, measure, row_rate
 
 """Gates that compare a run with a teacher; without one the run captures the teacher."""
 INTERRUPT_SIGNALS: Final = (signal.SIGINT, signal.SIGTERM)

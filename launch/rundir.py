@@ -38,8 +38,8 @@ from enum import StrEnum
 from pathlib import Path
 from typing import Any, Final
 
-from builder.errors import BadInput
-from launch.evidence import OracleRow
+from repro_serving.builder.errors import BadInput
+from repro_serving.launch.evidence import OracleRow
 
 STATUS_FILE: Final = "status.json"
 RUN_FILE: Final = "run.json"

@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING
 
 import psutil
 
-from builder.errors import NotObservable, ReproError
+from repro_serving.builder.errors import NotObservable, ReproError
 
 if TYPE_CHECKING:
     import httpx  # imported where a server is polled: `repro verify` only reads `ServerSpec`

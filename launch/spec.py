@@ -13,12 +13,12 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Final
 
-from builder.manifest import Manifest, expand
-from builder.observe.python import path_values
-from launch.rundir import LOG_FILE
+from repro_serving.builder.manifest import Manifest, expand
+from repro_serving.builder.observe.python import path_values
+from repro_serving.launch.rundir import LOG_FILE
 
 if TYPE_CHECKING:  # `repro verify` reads RUN_PRIVATE_ENV only: no process handling for it
-    from launch.server import ServerSpec
+    from repro_serving.launch.server import ServerSpec
 
 RUN_PRIVATE_ENV: Final = frozenset({"PATH", "HOME", "TMPDIR"})
 """What a start's environment holds of its own beside the manifest's variables."""
@@ -51,7 +51,7 @@ def server_spec(
         "TMPDIR": str(tmp),
         **{name: expand(value, values) for name, value in launch.env_for(profile).items()},
     }
-    from launch.server import ServerSpec
+    from repro_serving.launch.server import ServerSpec
 
     return ServerSpec(
         argv=tuple(expand(arg, values) for arg in launch.argv_for(profile)),

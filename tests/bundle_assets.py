@@ -12,9 +12,9 @@ import shutil
 from collections.abc import Callable
 from pathlib import Path
 
-from builder.sealing import bundle
-from builder.sealing.keys import SigningKey, TrustedKeys
-from builder.sealing.seal import BundleContent, Handoff, Progress, SealedBundle, seal
+from repro_serving.builder.sealing import bundle
+from repro_serving.builder.sealing.keys import SigningKey, TrustedKeys
+from repro_serving.builder.sealing.seal import BundleContent, Handoff, Progress, SealedBundle, seal
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 RECORD = REPO_ROOT / "records" / "laguna-102tps"

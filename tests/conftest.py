@@ -14,10 +14,10 @@ from pathlib import Path
 
 import pytest
 
-from builder import tinymodel
-from builder.manifest import Manifest
-from launch import server as lifecycle
-from launch.spec import server_spec
+from repro_serving.builder import tinymodel
+from repro_serving.builder.manifest import Manifest
+from repro_serving.launch import server as lifecycle
+from repro_serving.launch.spec import server_spec
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 SERVE_VENV = REPO_ROOT / ".venv-serve"

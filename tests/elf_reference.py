@@ -15,7 +15,14 @@ from typing import IO, Any
 
 from elftools.elf.elffile import ELFFile
 
-from builder.native.elf import ELF_MAGIC, ElfError, ElfInfo, MalformedElf, NotElf, TruncatedElf
+from repro_serving.builder.native.elf import (
+    ELF_MAGIC,
+    ElfError,
+    ElfInfo,
+    MalformedElf,
+    NotElf,
+    TruncatedElf,
+)
 
 _HEADER_SIZE = {1: 52, 2: 64}  # e_ident[EI_CLASS] -> sizeof(ElfN_Ehdr)
 

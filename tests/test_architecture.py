@@ -50,6 +50,8 @@ def imports(path: Path, module: str) -> set[str]:
         elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
             names.add(node.module)
             names.update(f"{node.module}.{alias.name}" for alias in node.names)
+    # `builder` and `launch` install as subpackages of repro_serving: named as the layers name them
+    names = {name.removeprefix("repro_serving.") for name in names}
     return {name for name in names if name.split(".")[0] in ("builder", "launch")} - {module}
 
 

@@ -20,11 +20,11 @@ from typing import Any
 import pytest
 from conftest import SERVE_VENV, TINY_MANIFEST, TinyServer, tiny_server_spec
 
-from builder.cli import main
-from builder.native.dispatch import predict
-from builder.native.kernels import KernelSet, dispatches
-from builder.observe.host import observe_host
-from launch import server as lifecycle
+from repro_serving.builder.cli import main
+from repro_serving.builder.native.dispatch import predict
+from repro_serving.builder.native.kernels import KernelSet, dispatches
+from repro_serving.builder.observe.host import observe_host
+from repro_serving.launch import server as lifecycle
 
 pytestmark = pytest.mark.server
 

@@ -17,12 +17,12 @@ from pathlib import Path
 
 import pytest
 
-from builder.cli import main
-from builder.hashing import sha256_file
-from builder.native.kernels import KernelSet
-from builder.native.loaderhost import host_config
-from builder.native.policy import judge_tree, policy_from_flags
-from builder.native.processes import snapshot_tree
+from repro_serving.builder.cli import main
+from repro_serving.builder.hashing import sha256_file
+from repro_serving.builder.native.kernels import KernelSet
+from repro_serving.builder.native.loaderhost import host_config
+from repro_serving.builder.native.policy import judge_tree, policy_from_flags
+from repro_serving.builder.native.processes import snapshot_tree
 
 LOADER = """
 import ctypes, sys, time

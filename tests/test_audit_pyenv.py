@@ -28,10 +28,10 @@ from typing import Any
 import pytest
 from conftest import SERVE_VENV, TinyServer, tiny_server_spec
 
-from builder.cli import main
-from builder.native.policy import default_roots
-from builder.native.processes import ProcessSnapshot, TreeSnapshot, snapshot_tree
-from builder.native.pyenv import (
+from repro_serving.builder.cli import main
+from repro_serving.builder.native.policy import default_roots
+from repro_serving.builder.native.processes import ProcessSnapshot, TreeSnapshot, snapshot_tree
+from repro_serving.builder.native.pyenv import (
     Environment,
     HostFiles,
     Started,
@@ -43,7 +43,7 @@ from builder.native.pyenv import (
     site_packages,
     tree_environments,
 )
-from launch import server as lifecycle
+from repro_serving.launch import server as lifecycle
 
 ROLES = ["api_server", "engine_core", "resource_tracker", "worker"]
 

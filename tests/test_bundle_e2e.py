@@ -19,16 +19,16 @@ import pytest
 from bundle_assets import resealed
 from conftest import REPO_ROOT, SERVE_VENV, TINY_MANIFEST
 
-from builder import tinymodel
-from builder.build import BuildResult, build
-from builder.drift import DriftKind
-from builder.manifest import Manifest
-from builder.replay import launch
-from builder.sealing import bundle
-from builder.sealing.keys import SigningKey, TrustedKeys
-from builder.sealing.statement import Statement, repro_version
-from builder.verify import VerifyReport, verify
-from launch.run import ForbiddenEnvironment
+from repro_serving.builder import tinymodel
+from repro_serving.builder.build import BuildResult, build
+from repro_serving.builder.drift import DriftKind
+from repro_serving.builder.manifest import Manifest
+from repro_serving.builder.replay import launch
+from repro_serving.builder.sealing import bundle
+from repro_serving.builder.sealing.keys import SigningKey, TrustedKeys
+from repro_serving.builder.sealing.statement import Statement, repro_version
+from repro_serving.builder.verify import VerifyReport, verify
+from repro_serving.launch.run import ForbiddenEnvironment
 
 pytestmark = pytest.mark.server
 

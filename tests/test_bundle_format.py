@@ -8,9 +8,9 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from builder.canonical import canonical_json, parse_canonical, parse_json
-from builder.errors import BadInput
-from builder.sealing.bundle import parse_sha256sums, path_problem, render_sha256sums
+from repro_serving.builder.canonical import canonical_json, parse_canonical, parse_json
+from repro_serving.builder.errors import BadInput
+from repro_serving.builder.sealing.bundle import parse_sha256sums, path_problem, render_sha256sums
 
 JSON_VALUES = st.recursive(
     st.none()

@@ -29,14 +29,14 @@ import bundle_assets
 import pytest
 from conftest import REPO_ROOT
 
-from builder.build import BuildRefused, staged_readme
-from builder.cli import main
-from builder.drift import DriftKind
-from builder.handoff.readme import CHECK_HEADING
-from builder.sealing import bundle
-from builder.sealing.keys import SigningKey, TrustedKeys, write_key_pair
-from builder.sealing.statement import repro_version
-from builder.verify import verify
+from repro_serving.builder.build import BuildRefused, staged_readme
+from repro_serving.builder.cli import main
+from repro_serving.builder.drift import DriftKind
+from repro_serving.builder.handoff.readme import CHECK_HEADING
+from repro_serving.builder.sealing import bundle
+from repro_serving.builder.sealing.keys import SigningKey, TrustedKeys, write_key_pair
+from repro_serving.builder.sealing.statement import repro_version
+from repro_serving.builder.verify import verify
 
 COMMITTED = REPO_ROOT / "repro"
 PUBLIC = REPO_ROOT / "keys" / "example.pub"
@@ -375,9 +375,9 @@ def test_launch_installs_the_sealed_repro_and_verifies_the_bundle_with_it(
     assert "signed by" in done.stderr and "(checked with openssl)" in done.stderr
     assert f"PASS: {launched.copy} signed by" in done.stderr
     (env,) = launched.machine.envs.iterdir()
-    installed = next((env / "venv" / "lib").glob("python3.*/site-packages/builder/cli.py"))
+    installed = next((env / "venv" / "lib").glob("python3.*/site-packages/repro_serving/builder/cli.py"))
     with zipfile.ZipFile(launched.copy / WHEEL) as sealed:
-        assert installed.read_bytes() == sealed.read("builder/cli.py")
+        assert installed.read_bytes() == sealed.read("repro_serving/builder/cli.py")
     assert not list(env.rglob("__pycache__")), "no bytecode written"
     assert sorted(p.name for p in launched.copy.iterdir()) == sorted(
         p.name for p in (COMMITTED / LAGUNA).iterdir()
@@ -399,7 +399,7 @@ def test_a_second_launch_checks_the_environment_and_reuses_it(
 
 CACHE_CHANGES = {
     "a .pth file added": lambda site: (site / "zz-startup.pth").write_text("import os\n"),
-    "a module of repro changed": lambda site: (site / "builder" / "cli.py").write_text("pass\n"),
+    "a module of repro changed": lambda site: (site / "repro_serving" / "builder" / "cli.py").write_text("pass\n"),
     "a dependency's file changed": lambda site: (site / "rich" / "__init__.py").write_text(""),
     "a module of repro removed": lambda site: (site / "builder" / "verify.py").unlink(),
     "a pyvenv.cfg in bin/, read before the venv's own": lambda site: (

@@ -16,8 +16,8 @@ import tomli_w
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from builder.cli import main
-from builder.manifest import schema_document, shipped_schema
+from repro_serving.builder.cli import main
+from repro_serving.builder.manifest import schema_document, shipped_schema
 
 ASSETS = Path(__file__).parent / "manifests"
 TINY_CPU = Path(__file__).parent.parent / "manifests" / "tiny-cpu.toml"

@@ -9,14 +9,15 @@ from pathlib import Path
 
 import pytest
 
-from builder import commands
+from repro_serving.builder import commands
 
 REPO = Path(__file__).resolve().parents[1]
 PROBE = """
 import json, sys
-from builder.cli import main
+from repro_serving.builder.cli import main
 code = main(sys.argv[2:])
-loaded = sorted(m for m in sys.modules if m.startswith(("builder.commands.", "launch", "numpy")))
+own = ("repro_serving.builder.commands.", "repro_serving.launch", "numpy")
+loaded = sorted(m for m in sys.modules if m.startswith(own))
 open(sys.argv[1], "w").write(json.dumps({"code": code, "loaded": loaded}))
 """
 
@@ -43,9 +44,10 @@ def test_help_lists_every_command_and_imports_none(tmp_path: Path) -> None:
 def test_a_command_imports_itself_and_no_other_command(tmp_path: Path, command: str) -> None:
     code, loaded = _loaded(tmp_path, command, "--help")
     assert code == 0
-    own = {f"builder.commands.{command}", "builder.commands._shared"}  # and what it shares
-    assert f"builder.commands.{command}" in loaded
-    assert {m for m in loaded if m.startswith("builder.commands.")} <= own
+    package = "repro_serving.builder.commands"
+    own = {f"{package}.{command}", f"{package}._shared"}  # and what it shares
+    assert f"{package}.{command}" in loaded
+    assert {m for m in loaded if m.startswith(f"{package}.")} <= own
     assert "numpy" not in loaded
 
 

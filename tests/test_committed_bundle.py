@@ -18,15 +18,15 @@ from pathlib import Path
 import pytest
 from conftest import REPO_ROOT
 
-from builder import hostcheck
-from builder.cli import main
-from builder.drift import DriftKind
-from builder.hostcheck import dispatch_drifts
-from builder.native.dispatch import HostCapabilities
-from builder.observe.host import observe_host
-from builder.replay import PreflightRefused, launch
-from builder.sealing.keys import SigningKey, TrustedKeys
-from builder.verify import OpenedBundle, verify
+from repro_serving.builder import hostcheck
+from repro_serving.builder.cli import main
+from repro_serving.builder.drift import DriftKind
+from repro_serving.builder.hostcheck import dispatch_drifts
+from repro_serving.builder.native.dispatch import HostCapabilities
+from repro_serving.builder.observe.host import observe_host
+from repro_serving.builder.replay import PreflightRefused, launch
+from repro_serving.builder.sealing.keys import SigningKey, TrustedKeys
+from repro_serving.builder.verify import OpenedBundle, verify
 
 pytestmark = pytest.mark.server
 

@@ -20,12 +20,12 @@ from pathlib import Path
 import pytest
 from pydantic import ValidationError
 
-from builder.drift import DriftKind
-from builder.native.dispatch import Dispatch, HostCapabilities, differs, predict
-from builder.native.kernels import KernelSet, dispatches
-from builder.native.loaderhost import host_config
-from builder.native.policy import judge_tree, policy_from_flags
-from builder.native.processes import snapshot_tree
+from repro_serving.builder.drift import DriftKind
+from repro_serving.builder.native.dispatch import Dispatch, HostCapabilities, differs, predict
+from repro_serving.builder.native.kernels import KernelSet, dispatches
+from repro_serving.builder.native.loaderhost import host_config
+from repro_serving.builder.native.policy import judge_tree, policy_from_flags
+from repro_serving.builder.native.processes import snapshot_tree
 
 AVX2 = frozenset({"avx", "avx2", "fma", "sse4_2"})
 AVX512 = AVX2 | {"avx512f", "avx512vl", "avx512bw", "avx512dq", "avx512cd"}

@@ -13,10 +13,10 @@ from securesystemslib.dsse import Envelope as SslibEnvelope
 from securesystemslib.exceptions import VerificationError
 from securesystemslib.signer import CryptoSigner, SSlibKey  # type: ignore[attr-defined]
 
-from builder.errors import BadInput
-from builder.sealing import dsse
-from builder.sealing.bundle import ENVELOPE, STATEMENT
-from builder.sealing.keys import SigningKey
+from repro_serving.builder.errors import BadInput
+from repro_serving.builder.sealing import dsse
+from repro_serving.builder.sealing.bundle import ENVELOPE, STATEMENT
+from repro_serving.builder.sealing.keys import SigningKey
 
 PAYLOAD = b'{"_type":"https://in-toto.io/Statement/v1"}\n'
 

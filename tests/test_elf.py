@@ -20,8 +20,8 @@ from elf_mutants import (
     without_sections,
 )
 
-from builder.native import elf
-from builder.native.elf import (
+from repro_serving.builder.native import elf
+from repro_serving.builder.native.elf import (
     ElfInfo,
     MalformedElf,
     MissingFile,

@@ -43,8 +43,8 @@ from elf_reference import reference_decode, reference_read
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from builder.native.elf import ELF_MAGIC, ElfError, ElfInfo, decode_elf, read_elf
-from builder.native.loaderhost import host_config
+from repro_serving.builder.native.elf import ELF_MAGIC, ElfError, ElfInfo, decode_elf, read_elf
+from repro_serving.builder.native.loaderhost import host_config
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 SERVE_VENV = REPO_ROOT / ".venv-serve"

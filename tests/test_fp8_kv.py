@@ -18,8 +18,8 @@ from pathlib import Path
 
 import pytest
 
-from builder.errors import BadInput
-from builder.manifest import (
+from repro_serving.builder.errors import BadInput
+from repro_serving.builder.manifest import (
     Gates,
     InvalidDocument,
     Manifest,
@@ -27,12 +27,12 @@ from builder.manifest import (
     Suite,
     ToolCallCheck,
 )
-from launch import gates as gate_functions
-from launch.evidence import OracleRow, RunEvidence, Teacher, TeacherRow, Verdict
-from launch.gates import judge
-from launch.historical import RUN_DIR, Record, load_record
-from launch.quality import assess, quality_check
-from launch.throughput import measure
+from repro_serving.launch import gates as gate_functions
+from repro_serving.launch.evidence import OracleRow, RunEvidence, Teacher, TeacherRow, Verdict
+from repro_serving.launch.gates import judge
+from repro_serving.launch.historical import RUN_DIR, Record, load_record
+from repro_serving.launch.quality import assess, quality_check
+from repro_serving.launch.throughput import measure
 
 ROOT = Path(__file__).resolve().parents[1]
 MANIFEST = ROOT / "manifests" / "fp8-kv.toml"

@@ -69,12 +69,12 @@ from hypothesis import HealthCheck, assume, given, note, settings
 from hypothesis import strategies as st
 from hypothesis.errors import InvalidArgument
 
-from builder.canonical import canonical_json
-from builder.cli import main
-from builder.errors import ReproError
-from builder.readers import EVIDENCE_LIMIT, read_bytes
-from builder.sealing import dsse
-from builder.sealing.bundle import (
+from repro_serving.builder.canonical import canonical_json
+from repro_serving.builder.cli import main
+from repro_serving.builder.errors import ReproError
+from repro_serving.builder.readers import EVIDENCE_LIMIT, read_bytes
+from repro_serving.builder.sealing import dsse
+from repro_serving.builder.sealing.bundle import (
     ENVELOPE,
     EVIDENCE_DIR,
     KERNEL_SETS_DIR,
@@ -89,9 +89,9 @@ from builder.sealing.bundle import (
     TOOLS_DIR,
     render_sha256sums,
 )
-from builder.sealing.keys import SigningKey
-from builder.sealing.seal import BundleContent, Handoff, seal
-from builder.sealing.statement import Statement, statement_for
+from repro_serving.builder.sealing.keys import SigningKey
+from repro_serving.builder.sealing.seal import BundleContent, Handoff, seal
+from repro_serving.builder.sealing.statement import Statement, statement_for
 
 REPO = Path(__file__).resolve().parent.parent
 PUBLIC_KEY = REPO / "keys" / "example.pub"

@@ -11,9 +11,9 @@ from typing import TypeVar
 
 import pytest
 
-from builder.manifest import Gates, LogMarker, SpecDecodeGate, ThroughputGate
-from launch import gates
-from launch.evidence import (
+from repro_serving.builder.manifest import Gates, LogMarker, SpecDecodeGate, ThroughputGate
+from repro_serving.launch import gates
+from repro_serving.launch.evidence import (
     MetricsDelta,
     OracleRow,
     RunEvidence,
@@ -21,8 +21,8 @@ from launch.evidence import (
     TeacherRow,
     VerdictStatus,
 )
-from launch.historical import RUN_DIR, Record, load_record
-from launch.metrics import delta
+from repro_serving.launch.historical import RUN_DIR, Record, load_record
+from repro_serving.launch.metrics import delta
 
 RECORD = Path(__file__).resolve().parents[1] / "records" / "laguna-102tps"
 CONVENTIONAL_MEDIAN = 101.94172124017027

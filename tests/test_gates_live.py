@@ -12,10 +12,10 @@ import json
 import pytest
 from conftest import TinyServer
 
-from builder.manifest import Suite
-from launch import gates, metrics
-from launch.evidence import VerdictStatus
-from launch.oracle import OracleRequest, answer_prompt, client_for, read_metrics
+from repro_serving.builder.manifest import Suite
+from repro_serving.launch import gates, metrics
+from repro_serving.launch.evidence import VerdictStatus
+from repro_serving.launch.oracle import OracleRequest, answer_prompt, client_for, read_metrics
 
 pytestmark = pytest.mark.server
 

@@ -15,8 +15,8 @@ from typing import Any
 
 import pytest
 
-from builder.native.dispatch import HostCapabilities, predict
-from builder.native.kernels import KernelSet, dispatches
+from repro_serving.builder.native.dispatch import HostCapabilities, predict
+from repro_serving.builder.native.kernels import KernelSet, dispatches
 
 EVIDENCE = Path(__file__).resolve().parent / "evidence" / "h200-venv"
 VENV = "/opt/torch/.venv"

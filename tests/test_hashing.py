@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from builder import hashing
-from builder.errors import NotObservable
-from builder.hashing import (
+from repro_serving.builder import hashing
+from repro_serving.builder.errors import NotObservable
+from repro_serving.builder.hashing import (
     BATCH_BYTES,
     BATCH_FILES,
     READ_SIZE,

@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from builder.cli import main
-from builder.manifest import Host
-from builder.observe.host import (
+from repro_serving.builder.cli import main
+from repro_serving.builder.manifest import Host
+from repro_serving.builder.observe.host import (
     Accelerator,
     HostFacts,
     accelerators,

@@ -27,15 +27,21 @@ import pytest
 from bundle_assets import BUNDLE_NAME, EXAMPLE_KEY, EXAMPLE_PUB, REPO_ROOT, example_key
 from bundle_assets import seal_example as seal_laguna_mini
 
-from builder import readers
-from builder.cli import main
-from builder.commands import host as host_command
-from builder.errors import BadInput, NotObservable
-from builder.hashing import sha256_file
-from builder.manifest import Manifest
-from builder.sealing import dsse
-from builder.sealing.bundle import ENVELOPE, SHA256SUMS, STATEMENT, path_problem, render_sha256sums
-from builder.sealing.statement import Statement, statement_for
+from repro_serving.builder import readers
+from repro_serving.builder.cli import main
+from repro_serving.builder.commands import host as host_command
+from repro_serving.builder.errors import BadInput, NotObservable
+from repro_serving.builder.hashing import sha256_file
+from repro_serving.builder.manifest import Manifest
+from repro_serving.builder.sealing import dsse
+from repro_serving.builder.sealing.bundle import (
+    ENVELOPE,
+    SHA256SUMS,
+    STATEMENT,
+    path_problem,
+    render_sha256sums,
+)
+from repro_serving.builder.sealing.statement import Statement, statement_for
 
 COMMITTED = REPO_ROOT / "repro" / "tiny-cpu"
 TINY_MANIFEST = REPO_ROOT / "manifests" / "tiny-cpu.toml"
@@ -83,7 +89,7 @@ def run(argv: Sequence[str]) -> tuple[int, str, str]:
 def run_child(argv: Sequence[str]) -> tuple[int, str, str]:
     """`repro ARGV` in a child process that must end within `HANG_TIMEOUT_S`."""
     done = subprocess.run(
-        [sys.executable, "-m", "builder.cli", *argv],
+        [sys.executable, "-m", "repro_serving", *argv],
         cwd=REPO_ROOT,
         capture_output=True,
         text=True,
@@ -389,7 +395,7 @@ def test_an_extra_file_of_50_gb_is_reported_without_being_read(bundle: Path) -> 
         "    'seconds': time.monotonic() - began,\n"
         "    'rss_kib': resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss}))\n"
     )
-    verifier = [sys.executable, "-m", "builder.cli", *verify_args(bundle, "--json")]
+    verifier = [sys.executable, "-m", "repro_serving", *verify_args(bundle, "--json")]
     done = subprocess.run(
         [sys.executable, "-c", measure, *verifier],
         cwd=REPO_ROOT,

@@ -11,14 +11,20 @@ from pathlib import Path
 import pytest
 from bundle_assets import BUNDLE_NAME, example_key, example_trust, seal_example
 
-from builder.drift import Drift, DriftKind
-from builder.errors import BadInput
-from builder.hashing import sha256_bytes, sha256_file
-from builder.sealing import dsse
-from builder.sealing.bundle import ENVELOPE, LOCK, SHA256SUMS, STATEMENT, render_sha256sums
-from builder.sealing.integrity import verify_bundle
-from builder.sealing.keys import SigningKey, TrustedKeys
-from builder.sealing.statement import Statement, statement_for
+from repro_serving.builder.drift import Drift, DriftKind
+from repro_serving.builder.errors import BadInput
+from repro_serving.builder.hashing import sha256_bytes, sha256_file
+from repro_serving.builder.sealing import dsse
+from repro_serving.builder.sealing.bundle import (
+    ENVELOPE,
+    LOCK,
+    SHA256SUMS,
+    STATEMENT,
+    render_sha256sums,
+)
+from repro_serving.builder.sealing.integrity import verify_bundle
+from repro_serving.builder.sealing.keys import SigningKey, TrustedKeys
+from repro_serving.builder.sealing.statement import Statement, statement_for
 
 ORACLE_FILE = "oracle/teacher-text-sha256-v1.json"
 EVIDENCE_FILE = "evidence/idle-interval/prestart-03.json"

@@ -16,8 +16,8 @@ from typing import Any
 
 import pytest
 
-from builder.errors import BadInput
-from builder.native.kernels import Category, KernelSet, classify
+from repro_serving.builder.errors import BadInput
+from repro_serving.builder.native.kernels import Category, KernelSet, classify
 
 EVIDENCE = Path(__file__).parent / "evidence" / "h200"
 

@@ -12,9 +12,9 @@ from bundle_assets import EXAMPLE_KEY, EXAMPLE_PUB, REPO_ROOT
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ed25519, rsa
 
-from builder.cli import main
-from builder.errors import BadInput
-from builder.sealing.keys import PublicKey, SigningKey, TrustedKeys, trusted_keys
+from repro_serving.builder.cli import main
+from repro_serving.builder.errors import BadInput
+from repro_serving.builder.sealing.keys import PublicKey, SigningKey, TrustedKeys, trusted_keys
 
 EXAMPLE_KEY_ID = "41a75b1e796d4f6bbe32a85114bfe620916545f66815052db2a72ba0edfa475f"
 

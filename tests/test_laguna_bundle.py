@@ -16,15 +16,15 @@ from typing import Any
 import pytest
 from bundle_assets import resealed
 
-from builder.build import BuildRefused, build
-from builder.cli import main
-from builder.errors import BadInput
-from builder.lock import EvidenceClass
-from builder.manifest import Manifest
-from builder.sealing import bundle
-from builder.sealing.keys import SigningKey, TrustedKeys
-from builder.verify import VerifyReport, verify
-from launch.run import RunPlan, run_profile
+from repro_serving.builder.build import BuildRefused, build
+from repro_serving.builder.cli import main
+from repro_serving.builder.errors import BadInput
+from repro_serving.builder.lock import EvidenceClass
+from repro_serving.builder.manifest import Manifest
+from repro_serving.builder.sealing import bundle
+from repro_serving.builder.sealing.keys import SigningKey, TrustedKeys
+from repro_serving.builder.verify import VerifyReport, verify
+from repro_serving.launch.run import RunPlan, run_profile
 
 REPO = Path(__file__).resolve().parent.parent
 MANIFEST = REPO / "manifests" / "laguna-102tps.toml"

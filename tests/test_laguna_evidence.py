@@ -14,11 +14,11 @@ from typing import Any
 
 import pytest
 
-from builder.errors import BadInput
-from builder.manifest import Gates, LogMarker, SpecDecodeGate, ThroughputGate
-from launch import gates
-from launch.evidence import VerdictStatus
-from launch.historical import (
+from repro_serving.builder.errors import BadInput
+from repro_serving.builder.manifest import Gates, LogMarker, SpecDecodeGate, ThroughputGate
+from repro_serving.launch import gates
+from repro_serving.launch.evidence import VerdictStatus
+from repro_serving.launch.historical import (
     RUN_DIR,
     TEACHER_TEXTS,
     TEACHER_TOKENS,
@@ -30,7 +30,7 @@ from launch.historical import (
     load_teacher,
     read_log,
 )
-from launch.throughput import measure
+from repro_serving.launch.throughput import measure
 
 RECORD = Path(__file__).resolve().parents[1] / "records" / "laguna-102tps"
 HISTORICAL_MEDIAN = 102.97143559613157

@@ -11,14 +11,14 @@ from typing import Any
 
 import pytest
 
-from builder.cli import main
-from builder.commands.check import plan
-from builder.errors import BadInput
-from builder.manifest import Manifest, expand
-from builder.native.kernels import KernelSet, Origin, origin_of, runtime_markers
-from launch.gates import judge
-from launch.historical import Record, load_record
-from launch.throughput import measure
+from repro_serving.builder.cli import main
+from repro_serving.builder.commands.check import plan
+from repro_serving.builder.errors import BadInput
+from repro_serving.builder.manifest import Manifest, expand
+from repro_serving.builder.native.kernels import KernelSet, Origin, origin_of, runtime_markers
+from repro_serving.launch.gates import judge
+from repro_serving.launch.historical import Record, load_record
+from repro_serving.launch.throughput import measure
 
 ROOT = Path(__file__).resolve().parents[1]
 MANIFEST = ROOT / "manifests" / "laguna-102tps.toml"

@@ -11,9 +11,9 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from builder.errors import BadInput
-from builder.native.ldcache import NEW_MAGIC, OLD_MAGIC, LdCache, libcmp
-from builder.native.loaderhost import host_config, read_cache
+from repro_serving.builder.errors import BadInput
+from repro_serving.builder.native.ldcache import NEW_MAGIC, OLD_MAGIC, LdCache, libcmp
+from repro_serving.builder.native.loaderhost import host_config, read_cache
 
 _LDCONFIG_LINE = re.compile(r"^\s+(\S+) \(([^)]*)\) => (\S+)$")
 

@@ -8,9 +8,9 @@ from pathlib import Path
 import pytest
 from pydantic import ValidationError
 
-from builder import tinymodel
-from builder.errors import BadInput, ExitCode
-from builder.manifest import (
+from repro_serving.builder import tinymodel
+from repro_serving.builder.errors import BadInput, ExitCode
+from repro_serving.builder.manifest import (
     Manifest,
     Suite,
     expand,

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from launch.evidence import MetricsDelta
-from launch.metrics import CounterReset, MetricsUnreadable, delta, samples
+from repro_serving.launch.evidence import MetricsDelta
+from repro_serving.launch.metrics import CounterReset, MetricsUnreadable, delta, samples
 
 HEADER = """\
 # HELP vllm:generation_tokens_total Number of generation tokens processed.

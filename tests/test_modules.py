@@ -6,7 +6,7 @@ import importlib.machinery
 
 import pytest
 
-from builder.native.modules import is_module_file, module_file_description
+from repro_serving.builder.native.modules import is_module_file, module_file_description
 
 
 @pytest.mark.parametrize(

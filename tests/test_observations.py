@@ -14,9 +14,9 @@ from pathlib import Path
 import pytest
 import tomli_w
 
-from builder.drift import DriftKind
-from builder.manifest import Manifest
-from builder.observations import drifts, observe
+from repro_serving.builder.drift import DriftKind
+from repro_serving.builder.manifest import Manifest
+from repro_serving.builder.observations import drifts, observe
 
 TINY = Path(__file__).resolve().parent.parent / "manifests" / "tiny-cpu.toml"
 

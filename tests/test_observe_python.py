@@ -16,9 +16,9 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from builder.drift import Drift, DriftKind
-from builder.manifest import Python, expand
-from builder.observe.python import (
+from repro_serving.builder.drift import Drift, DriftKind
+from repro_serving.builder.manifest import Python, expand
+from repro_serving.builder.observe.python import (
     PythonFacts,
     Venv,
     check_records,

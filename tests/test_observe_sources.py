@@ -10,10 +10,10 @@ from pathlib import Path
 
 import pytest
 
-from builder.drift import Drift, DriftKind
-from builder.errors import NotObservable
-from builder.manifest import Source
-from builder.observe.sources import SourceFacts, compare, observe_source
+from repro_serving.builder.drift import Drift, DriftKind
+from repro_serving.builder.errors import NotObservable
+from repro_serving.builder.manifest import Source
+from repro_serving.builder.observe.sources import SourceFacts, compare, observe_source
 
 GIT_ENV = {
     "GIT_AUTHOR_NAME": "repro tests",

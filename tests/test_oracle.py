@@ -18,9 +18,9 @@ from typing import Any, ClassVar
 import pytest
 from conftest import REPO_ROOT, TinyServer
 
-from builder.manifest import Suite
-from launch import oracle
-from launch.evidence import OracleRow
+from repro_serving.builder.manifest import Suite
+from repro_serving.launch import oracle
+from repro_serving.launch.evidence import OracleRow
 
 SUITE = Suite.from_path(REPO_ROOT / "manifests" / "suites" / "tiny-cpu.json")
 COMPLETION_SUITE = Suite.from_path(REPO_ROOT / "tests" / "manifests" / "suites" / "completion.json")
@@ -185,7 +185,7 @@ def test_an_http_error_is_refused_with_its_status_and_body(
 
 
 def test_no_server_is_refused_as_not_answering_and_nothing_is_retried(tmp_path: Path) -> None:
-    from launch.server import free_port
+    from repro_serving.launch.server import free_port
 
     base_url = f"http://127.0.0.1:{free_port()}"
     with pytest.raises(oracle.OracleFailed) as failed:

@@ -17,11 +17,11 @@ from pathlib import Path
 
 import pytest
 
-from builder.errors import BadInput, ExitCode
-from builder.manifest import LogMarker, Manifest
-from builder.native.kernels import KernelSet
-from builder.patterns import MAX_PROGRAM_SIZE, SYNTAX, compile_pattern
-from launch import gates
+from repro_serving.builder.errors import BadInput, ExitCode
+from repro_serving.builder.manifest import LogMarker, Manifest
+from repro_serving.builder.native.kernels import KernelSet
+from repro_serving.builder.patterns import MAX_PROGRAM_SIZE, SYNTAX, compile_pattern
+from repro_serving.launch import gates
 
 ROOT = Path(__file__).resolve().parents[1]
 ASSETS = ROOT / "tests" / "manifests"
@@ -58,9 +58,9 @@ FALLBACK_LINES = (
 
 _JUDGE = """
 import json, sys
-from builder.manifest import Gates, LogMarker
-from launch.evidence import RunEvidence
-from launch.gates import judge
+from repro_serving.builder.manifest import Gates, LogMarker
+from repro_serving.launch.evidence import RunEvidence
+from repro_serving.launch.gates import judge
 
 pattern, log = sys.argv[1], sys.stdin.read()
 marker = LogMarker(name="attack", pattern=pattern, count=0)

@@ -13,10 +13,15 @@ from pathlib import Path
 import psutil
 import pytest
 
-from builder.errors import NotObservable
-from builder.hashing import sha256_file
-from builder.native.processes import HashMemo, classify_role, read_mapped_file, snapshot_tree
-from builder.native.procmaps import FileId, Mapping
+from repro_serving.builder.errors import NotObservable
+from repro_serving.builder.hashing import sha256_file
+from repro_serving.builder.native.processes import (
+    HashMemo,
+    classify_role,
+    read_mapped_file,
+    snapshot_tree,
+)
+from repro_serving.builder.native.procmaps import FileId, Mapping
 
 # A child that maps a copy of a shared library, reports ready, and sleeps until killed.
 MAPPER = """

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from builder.errors import BadInput
-from builder.native.procmaps import FileId, file_mappings, parse_maps, parse_maps_line
+from repro_serving.builder.errors import BadInput
+from repro_serving.builder.native.procmaps import FileId, file_mappings, parse_maps, parse_maps_line
 
 
 def test_every_file_backed_mapping_of_this_process_has_the_identity_stat_gives() -> None:

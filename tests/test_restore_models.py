@@ -19,12 +19,12 @@ from urllib.parse import unquote, urlparse
 
 import pytest
 
-from builder import tinymodel
-from builder.drift import Drift, DriftKind
-from builder.manifest import Manifest, Model
-from builder.observe.models import compare, observe_model
-from builder.restore.models import restore_model, tree_id
-from builder.restore.step import Action, StepResult
+from repro_serving.builder import tinymodel
+from repro_serving.builder.drift import Drift, DriftKind
+from repro_serving.builder.manifest import Manifest, Model
+from repro_serving.builder.observe.models import compare, observe_model
+from repro_serving.builder.restore.models import restore_model, tree_id
+from repro_serving.builder.restore.step import Action, StepResult
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 TINY_MANIFEST = REPO_ROOT / "manifests" / "tiny-cpu.toml"
@@ -506,8 +506,8 @@ def hub() -> Iterator[_Hub]:
 _RESTORE = """
 import json, sys
 from pathlib import Path
-from builder.manifest import Model
-from builder.restore.models import restore_model
+from repro_serving.builder.manifest import Model
+from repro_serving.builder.restore.models import restore_model
 model = Model.model_validate_json(sys.argv[1])
 said = []
 result = restore_model(model, Path(sys.argv[2]), progress=said.append)

@@ -20,12 +20,12 @@ from pathlib import Path
 
 import pytest
 
-from builder.drift import DriftKind
-from builder.hashing import sha256_file
-from builder.lock import EvidenceClass, PythonClaim, WheelArtifact
-from builder.manifest import Python
-from builder.restore.python import restore_python
-from builder.restore.step import Action
+from repro_serving.builder.drift import DriftKind
+from repro_serving.builder.hashing import sha256_file
+from repro_serving.builder.lock import EvidenceClass, PythonClaim, WheelArtifact
+from repro_serving.builder.manifest import Python
+from repro_serving.builder.restore.python import restore_python
+from repro_serving.builder.restore.step import Action
 
 RELEASE = platform.python_version()
 PYTHON = Python.model_validate(

@@ -12,11 +12,11 @@ from pathlib import Path
 
 import pytest
 
-from builder.drift import Drift, DriftKind
-from builder.manifest import Source
-from builder.observe.sources import compare, observe_source
-from builder.restore.sources import restore_source
-from builder.restore.step import Action, Progress, StepResult, no_progress
+from repro_serving.builder.drift import Drift, DriftKind
+from repro_serving.builder.manifest import Source
+from repro_serving.builder.observe.sources import compare, observe_source
+from repro_serving.builder.restore.sources import restore_source
+from repro_serving.builder.restore.step import Action, Progress, StepResult, no_progress
 
 GIT_ENV = {
     "GIT_AUTHOR_NAME": "repro tests",

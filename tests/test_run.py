@@ -24,14 +24,14 @@ import psutil
 import pytest
 from conftest import REPO_ROOT, TINY_MANIFEST
 
-from builder import tinymodel
-from builder.cli import main
-from builder.manifest import Manifest
-from launch import registry
-from launch import server as lifecycle
-from launch.evidence import Teacher, VerdictStatus
-from launch.oracle import OracleFailed
-from launch.run import (
+from repro_serving.builder import tinymodel
+from repro_serving.builder.cli import main
+from repro_serving.builder.manifest import Manifest
+from repro_serving.launch import registry
+from repro_serving.launch import server as lifecycle
+from repro_serving.launch.evidence import Teacher, VerdictStatus
+from repro_serving.launch.oracle import OracleFailed
+from repro_serving.launch.run import (
     Event,
     ForbiddenEnvironment,
     RunPlan,
@@ -39,7 +39,7 @@ from launch.run import (
     capture_teacher,
     run_profile,
 )
-from launch.rundir import RunStatus, read_rows, read_status
+from repro_serving.launch.rundir import RunStatus, read_rows, read_status
 
 MANIFEST = Manifest.from_path(TINY_MANIFEST)
 ROLES = ["api_server", "engine_core", "resource_tracker", "worker"]
@@ -334,7 +334,7 @@ def test_sigint_to_repro_run_mid_run_tears_down_and_keeps_the_evidence(
     (manifest.parent / "suites").symlink_to(TINY_MANIFEST.parent / "suites")
     (tmp_path / ".venv-serve").symlink_to(REPO_ROOT / ".venv-serve")
     port, run_dir = lifecycle.free_port(), tmp_path / "run"
-    argv = [sys.executable, "-m", "builder.cli", "run", str(manifest), "--profile", "candidate"]
+    argv = [sys.executable, "-m", "repro_serving", "run", str(manifest), "--profile", "candidate"]
     argv += ["--port", str(port), "--run-dir", str(run_dir)]
     repro = subprocess.Popen(argv, cwd=REPO_ROOT, stderr=subprocess.PIPE, text=True)
     assert repro.stderr is not None

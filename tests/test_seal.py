@@ -23,14 +23,14 @@ from bundle_assets import (
     seal_example,
 )
 
-from builder.canonical import canonical_json
-from builder.errors import BadInput
-from builder.hashing import sha256_file
-from builder.sealing import atomic
-from builder.sealing import seal as sealing
-from builder.sealing.bundle import ENVELOPE, LOCK, SHA256SUMS, STATEMENT
-from builder.sealing.integrity import verify_bundle
-from builder.sealing.statement import Statement
+from repro_serving.builder.canonical import canonical_json
+from repro_serving.builder.errors import BadInput
+from repro_serving.builder.hashing import sha256_file
+from repro_serving.builder.sealing import atomic
+from repro_serving.builder.sealing import seal as sealing
+from repro_serving.builder.sealing.bundle import ENVELOPE, LOCK, SHA256SUMS, STATEMENT
+from repro_serving.builder.sealing.integrity import verify_bundle
+from repro_serving.builder.sealing.statement import Statement
 
 SEALED_FILES = [
     "SHA256SUMS",

@@ -17,7 +17,7 @@ import psutil
 import pytest
 from conftest import REPO_ROOT, TinyServer, TinyServerSpec
 
-from launch import server as lifecycle
+from repro_serving.launch import server as lifecycle
 
 SUITE = json.loads((REPO_ROOT / "manifests" / "suites" / "tiny-cpu.json").read_text())
 
@@ -180,7 +180,7 @@ def test_a_second_server_on_a_held_port_is_refused_naming_port_and_holder(
 def test_teardown_of_a_real_server_leaves_no_process_and_a_free_port(
     tiny_server_spec_factory: TinyServerSpec, tmp_path: Path
 ) -> None:
-    from builder import tinymodel
+    from repro_serving.builder import tinymodel
 
     tinymodel.generate(tmp_path / "model")
     spec = tiny_server_spec_factory(tmp_path / "model", lifecycle.free_port(), tmp_path)

@@ -8,8 +8,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from launch.evidence import OracleRow
-from launch.throughput import UnmeasurableRow, measure, row_rate, row_span
+from repro_serving.launch.evidence import OracleRow
+from repro_serving.launch.throughput import UnmeasurableRow, measure, row_rate, row_span
 
 
 def row(offsets: Sequence[float], prompt_id: str = "p", index: int = 0) -> OracleRow:

@@ -12,8 +12,8 @@ import numpy as np
 import pytest
 from safetensors.numpy import load_file
 
-from builder import tinymodel
-from builder.errors import BadInput
+from repro_serving.builder import tinymodel
+from repro_serving.builder.errors import BadInput
 
 MANIFEST = Path(__file__).resolve().parent.parent / "manifests" / "tiny-cpu.toml"
 

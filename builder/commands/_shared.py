@@ -7,11 +7,11 @@ import argparse
 from pathlib import Path
 from typing import Any
 
-from builder.errors import BadInput, NotObservable
-from builder.readers import describe_mode
-from builder.render import console, drift_table, table
-from builder.sealing.keys import TrustedKeys, trusted_keys
-from builder.verify import VerifyReport
+from repro_serving.builder.errors import BadInput, NotObservable
+from repro_serving.builder.readers import describe_mode
+from repro_serving.builder.render import console, drift_table, table
+from repro_serving.builder.sealing.keys import TrustedKeys, trusted_keys
+from repro_serving.builder.verify import VerifyReport
 
 
 def add_trust_arguments(parser: argparse.ArgumentParser) -> None:

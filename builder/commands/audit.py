@@ -14,12 +14,12 @@ import argparse
 from dataclasses import dataclass
 from pathlib import Path
 
-from builder.errors import BadInput, ExitCode
-from builder.manifest import Manifest
-from builder.native.audit import AuditReport
-from builder.native.auditreport import print_report, report_document
-from builder.native.loaderhost import host_config
-from builder.native.policy import (
+from repro_serving.builder.errors import BadInput, ExitCode
+from repro_serving.builder.manifest import Manifest
+from repro_serving.builder.native.audit import AuditReport
+from repro_serving.builder.native.auditreport import print_report, report_document
+from repro_serving.builder.native.loaderhost import host_config
+from repro_serving.builder.native.policy import (
     DefaultRoots,
     default_roots,
     judge_tree,
@@ -27,9 +27,9 @@ from builder.native.policy import (
     policy_from_flags,
     policy_from_manifest,
 )
-from builder.native.processes import pid_listening_on
-from builder.observe.host import observe_host
-from builder.render import console, table, write_json
+from repro_serving.builder.native.processes import pid_listening_on
+from repro_serving.builder.observe.host import observe_host
+from repro_serving.builder.render import console, table, write_json
 
 
 def configure_parser(parser: argparse.ArgumentParser) -> None:

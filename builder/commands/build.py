@@ -12,11 +12,11 @@ import sys
 import tempfile
 from pathlib import Path
 
-from builder.build import BuildRefused, build
-from builder.commands._shared import output_directory
-from builder.errors import ExitCode
-from builder.render import console, drift_table, write_json
-from builder.sealing.keys import SigningKey
+from repro_serving.builder.build import BuildRefused, build
+from repro_serving.builder.commands._shared import output_directory
+from repro_serving.builder.errors import ExitCode
+from repro_serving.builder.render import console, drift_table, write_json
+from repro_serving.builder.sealing.keys import SigningKey
 
 
 def configure_parser(parser: argparse.ArgumentParser) -> None:

@@ -15,10 +15,10 @@ from typing import Any
 from rich.markup import escape
 from rich.table import Table
 
-from builder.errors import BadInput, ExitCode
-from builder.manifest import Gates, LogMarker, Manifest, Suite
-from builder.native.kernels import KernelSet
-from builder.render import console, table, write_json
+from repro_serving.builder.errors import BadInput, ExitCode
+from repro_serving.builder.manifest import Gates, LogMarker, Manifest, Suite
+from repro_serving.builder.native.kernels import KernelSet
+from repro_serving.builder.render import console, table, write_json
 
 
 def configure_parser(parser: argparse.ArgumentParser) -> None:

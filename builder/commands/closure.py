@@ -12,9 +12,9 @@ import os
 import sys
 from typing import Any
 
-from builder.native.elf import read_elf
-from builder.native.ldcache import LdCache
-from builder.native.loader import (
+from repro_serving.builder.native.elf import read_elf
+from repro_serving.builder.native.ldcache import LdCache
+from repro_serving.builder.native.loader import (
     Closure,
     LoaderConfig,
     Outcome,
@@ -22,7 +22,7 @@ from builder.native.loader import (
     dlopen_closure,
     executable_closure,
 )
-from builder.native.loaderhost import (
+from repro_serving.builder.native.loaderhost import (
     HostFileSystem,
     RememberingFileSystem,
     host_config,
@@ -65,7 +65,9 @@ def execute(args: argparse.Namespace) -> int:
             for path in args.files
         ]
     if args.json:
-        from builder.render import write_json  # rich and pydantic: only when a document is asked
+        from repro_serving.builder.render import (
+            write_json,  # rich and pydantic: only when a document is asked
+        )
 
         write_json({"files": [_file_json(path, c) for path, c in closures]})
     else:

@@ -16,16 +16,16 @@ import sys
 import tempfile
 from pathlib import Path
 
-from builder import tinymodel
-from builder.build import BuildRefused, build
-from builder.commands._shared import output_directory, print_report, report_document
-from builder.commands.run import print_summary
-from builder.errors import BadInput, ExitCode
-from builder.manifest import Manifest
-from builder.render import console, drift_table, table, write_json
-from builder.replay import PreflightRefused, launch
-from builder.sealing.keys import SigningKey, TrustedKeys
-from builder.verify import verify
+from repro_serving.builder import tinymodel
+from repro_serving.builder.build import BuildRefused, build
+from repro_serving.builder.commands._shared import output_directory, print_report, report_document
+from repro_serving.builder.commands.run import print_summary
+from repro_serving.builder.errors import BadInput, ExitCode
+from repro_serving.builder.manifest import Manifest
+from repro_serving.builder.render import console, drift_table, table, write_json
+from repro_serving.builder.replay import PreflightRefused, launch
+from repro_serving.builder.sealing.keys import SigningKey, TrustedKeys
+from repro_serving.builder.verify import verify
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 DEFAULT_MANIFEST = REPO_ROOT / "manifests" / "tiny-cpu.toml"

@@ -13,11 +13,11 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from builder.errors import BadInput, ExitCode
-from builder.lock import Lock
-from builder.readers import LOCK_LIMIT, NoSuchFile, read_bytes
-from builder.render import console, table, write_json
-from builder.sealing import bundle
+from repro_serving.builder.errors import BadInput, ExitCode
+from repro_serving.builder.lock import Lock
+from repro_serving.builder.readers import LOCK_LIMIT, NoSuchFile, read_bytes
+from repro_serving.builder.render import console, table, write_json
+from repro_serving.builder.sealing import bundle
 
 
 def configure_parser(parser: argparse.ArgumentParser) -> None:

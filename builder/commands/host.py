@@ -9,9 +9,9 @@ from __future__ import annotations
 
 import argparse
 
-from builder.errors import ExitCode
-from builder.observe.host import Accelerator, HostFacts, observe_host
-from builder.render import console, table, write_json
+from repro_serving.builder.errors import ExitCode
+from repro_serving.builder.observe.host import Accelerator, HostFacts, observe_host
+from repro_serving.builder.render import console, table, write_json
 
 
 def configure_parser(parser: argparse.ArgumentParser) -> None:

@@ -9,9 +9,9 @@ from __future__ import annotations
 
 import argparse
 
-from builder.errors import ExitCode
-from builder.render import console, write_json
-from builder.sealing.keys import key_pair_paths, key_prefix, write_key_pair
+from repro_serving.builder.errors import ExitCode
+from repro_serving.builder.render import console, write_json
+from repro_serving.builder.sealing.keys import key_pair_paths, key_prefix, write_key_pair
 
 
 def configure_parser(parser: argparse.ArgumentParser) -> None:

@@ -11,13 +11,18 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from builder.commands._shared import add_trust_arguments, print_report, report_document, trusted
-from builder.commands.run import print_summary
-from builder.errors import ExitCode
-from builder.render import console, write_json
-from builder.replay import PreflightRefused, launch
-from builder.sealing.integrity import bundle_path
-from builder.sealing.keys import SigningKey
+from repro_serving.builder.commands._shared import (
+    add_trust_arguments,
+    print_report,
+    report_document,
+    trusted,
+)
+from repro_serving.builder.commands.run import print_summary
+from repro_serving.builder.errors import ExitCode
+from repro_serving.builder.render import console, write_json
+from repro_serving.builder.replay import PreflightRefused, launch
+from repro_serving.builder.sealing.integrity import bundle_path
+from repro_serving.builder.sealing.keys import SigningKey
 
 
 def configure_parser(parser: argparse.ArgumentParser) -> None:

@@ -16,11 +16,16 @@ from pathlib import Path
 
 from rich.console import Console
 
-from builder.commands._shared import add_trust_arguments, print_report, report_document, trusted
-from builder.errors import ExitCode
-from builder.render import console, drift_table, table, write_json
-from builder.restore.run import RestoreRefused, RestoreReport, restore
-from builder.sealing.integrity import bundle_path
+from repro_serving.builder.commands._shared import (
+    add_trust_arguments,
+    print_report,
+    report_document,
+    trusted,
+)
+from repro_serving.builder.errors import ExitCode
+from repro_serving.builder.render import console, drift_table, table, write_json
+from repro_serving.builder.restore.run import RestoreRefused, RestoreReport, restore
+from repro_serving.builder.sealing.integrity import bundle_path
 
 
 def configure_parser(parser: argparse.ArgumentParser) -> None:

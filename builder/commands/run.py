@@ -19,14 +19,14 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from builder import tinymodel
-from builder.errors import BadInput
-from builder.manifest import Manifest, Suite
-from builder.readers import EVIDENCE_LIMIT, NoSuchFile, parse_json, read_bytes
-from builder.render import console, table, write_json
-from launch.evidence import Teacher
-from launch.run import Event, RunPlan, RunRecord, capture_teacher, run_profile
-from launch.rundir import TEACHER_FILE, atomic_write, json_bytes
+from repro_serving.builder import tinymodel
+from repro_serving.builder.errors import BadInput
+from repro_serving.builder.manifest import Manifest, Suite
+from repro_serving.builder.readers import EVIDENCE_LIMIT, NoSuchFile, parse_json, read_bytes
+from repro_serving.builder.render import console, table, write_json
+from repro_serving.launch.evidence import Teacher
+from repro_serving.launch.run import Event, RunPlan, RunRecord, capture_teacher, run_profile
+from repro_serving.launch.rundir import TEACHER_FILE, atomic_write, json_bytes
 
 
 def configure_parser(parser: argparse.ArgumentParser) -> None:

@@ -9,8 +9,8 @@ from __future__ import annotations
 import argparse
 import sys
 
-from builder.errors import ExitCode
-from builder.manifest import shipped_schema
+from repro_serving.builder.errors import ExitCode
+from repro_serving.builder.manifest import shipped_schema
 
 
 def configure_parser(parser: argparse.ArgumentParser) -> None:

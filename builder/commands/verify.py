@@ -15,11 +15,16 @@ from pathlib import Path
 from rich.console import Console
 from rich.status import Status
 
-from builder.commands._shared import add_trust_arguments, print_report, report_document, trusted
-from builder.errors import ExitCode
-from builder.render import write_json
-from builder.sealing.integrity import bundle_path
-from builder.verify import verify
+from repro_serving.builder.commands._shared import (
+    add_trust_arguments,
+    print_report,
+    report_document,
+    trusted,
+)
+from repro_serving.builder.errors import ExitCode
+from repro_serving.builder.render import write_json
+from repro_serving.builder.sealing.integrity import bundle_path
+from repro_serving.builder.verify import verify
 
 
 def configure_parser(parser: argparse.ArgumentParser) -> None:

@@ -5,14 +5,14 @@ from __future__ import annotations
 from collections.abc import Sequence
 from pathlib import Path
 
-from builder.claims import ClaimCheck
-from builder.documents import read_sealed
-from builder.errors import ReproError
-from builder.handoff.launcher import launcher_check
-from builder.handoff.readme import render_readme
-from builder.handoff.tools import tools_check
-from builder.lock import EvidenceClass, Lock
-from builder.sealing.bundle import README
+from repro_serving.builder.claims import ClaimCheck
+from repro_serving.builder.documents import read_sealed
+from repro_serving.builder.errors import ReproError
+from repro_serving.builder.handoff.launcher import launcher_check
+from repro_serving.builder.handoff.readme import render_readme
+from repro_serving.builder.handoff.tools import tools_check
+from repro_serving.builder.lock import EvidenceClass, Lock
+from repro_serving.builder.sealing.bundle import README
 
 
 def handoff_checks(bundle: Path, lock: Lock, checks: Sequence[ClaimCheck]) -> list[ClaimCheck]:

@@ -130,7 +130,7 @@ listed() { grep -q "^[0-9a-f]\{64\}  $1\$" "$bundle/SHA256SUMS"; }
 for name in launch lock.json tools/requirements.txt tools/launch_helper.py; do
     listed "$name" || refuse 1 "SHA256SUMS does not list $name"
 done
-wheel=$(sed -n 's/^[0-9a-f]\{64\}  tools\/\(repro-[^/ ]*\.whl\)$/\1/p' "$bundle/SHA256SUMS")
+wheel=$(sed -n 's/^[0-9a-f]\{64\}  tools\/\(repro_serving-[^/ ]*\.whl\)$/\1/p' "$bundle/SHA256SUMS")
 case $wheel in
     '' | *'
 '*) refuse 1 "SHA256SUMS does not list one repro wheel under tools/" ;;
@@ -226,7 +226,7 @@ make_env() {
     version_of_wheel=$(printf '%s\n' "$wheel" | cut -d- -f2)
     {
         cat -- "$bundle/tools/requirements.txt"
-        printf 'repro==%s --hash=sha256:%s\n' "$version_of_wheel" "$wheel_sha"
+        printf 'repro-serving==%s --hash=sha256:%s\n' "$version_of_wheel" "$wheel_sha"
     } >"$making/install.txt"
     pip install --no-index --no-deps --no-compile --only-binary=:all: --require-hashes \
         --find-links "$making/wheels" -r "$making/install.txt" >&2 ||
@@ -251,7 +251,7 @@ fi
 
 repro() {
     "$env/venv/bin/python" -I -B -c \
-        'import sys; sys.argv[0] = "repro"; from builder.cli import main; sys.exit(main())' "$@"
+        'import sys; sys.argv[0] = "repro"; from repro_serving.builder.cli import main; sys.exit(main())' "$@"
 }
 
 # --- 4. that repro: verify, restore, launch --------------------------------------------------------

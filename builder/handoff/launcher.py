@@ -11,13 +11,13 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Final
 
-from builder.claims import ClaimCheck
-from builder.documents import read_sealed
-from builder.errors import ReproError
-from builder.hashing import sha256_bytes
-from builder.lock import EvidenceClass
-from builder.sealing.bundle import LAUNCH_HELPER, LAUNCHER, TOOLS_DIR
-from builder.sealing.statement import repro_version
+from repro_serving.builder.claims import ClaimCheck
+from repro_serving.builder.documents import read_sealed
+from repro_serving.builder.errors import ReproError
+from repro_serving.builder.hashing import sha256_bytes
+from repro_serving.builder.lock import EvidenceClass
+from repro_serving.builder.sealing.bundle import LAUNCH_HELPER, LAUNCHER, TOOLS_DIR
+from repro_serving.builder.sealing.statement import repro_version
 
 LAUNCHER_SOURCE: Final = Path(__file__).with_name("launch.sh")
 HELPER_SOURCE: Final = Path(__file__).with_name(LAUNCH_HELPER)

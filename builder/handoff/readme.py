@@ -11,9 +11,9 @@ from __future__ import annotations
 import textwrap
 from collections.abc import Sequence
 
-from builder.claims import ClaimCheck
-from builder.lock import Lock
-from builder.sealing.bundle import LAUNCHER, TOOLS_DIR
+from repro_serving.builder.claims import ClaimCheck
+from repro_serving.builder.lock import Lock
+from repro_serving.builder.sealing.bundle import LAUNCHER, TOOLS_DIR
 
 CONTENT_CLAIM = "content = "
 """The start of a content check's claim: the bundle's file count, README.md among them, so no

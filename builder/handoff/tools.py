@@ -20,13 +20,13 @@ from typing import Final
 
 from packaging.requirements import InvalidRequirement, Requirement
 
-from builder.claims import ClaimCheck
-from builder.documents import read_sealed
-from builder.errors import ReproError
-from builder.lock import EvidenceClass, Lock
-from builder.observe.python import normalize
-from builder.observe.tools import PROJECT, ToolRequirements
-from builder.sealing.bundle import REQUIREMENTS_FILE, TOOLS_DIR, wheel_filename
+from repro_serving.builder.claims import ClaimCheck
+from repro_serving.builder.documents import read_sealed
+from repro_serving.builder.errors import ReproError
+from repro_serving.builder.lock import EvidenceClass, Lock
+from repro_serving.builder.observe.python import normalize
+from repro_serving.builder.observe.tools import PROJECT, ToolRequirements
+from repro_serving.builder.sealing.bundle import REQUIREMENTS_FILE, TOOLS_DIR, wheel_filename
 
 WHEEL_LIMIT: Final = 64 * 1024 * 1024
 """The most a wheel's members may hold, uncompressed, for its RECORD to be checked."""

@@ -22,14 +22,27 @@ import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
-from builder.drift import Drift, DriftKind
-from builder.errors import NotObservable
-from builder.hashing import sha256_file
-from builder.native.dispatch import Dispatch, DispatchKind, HostCapabilities, Prediction, predict
-from builder.native.elf import ElfError, ElfInfo
-from builder.native.kernels import Category, KernelSet, Origin, Platform, classify, origin_of
-from builder.native.ldcache import LdCache
-from builder.native.loader import (
+from repro_serving.builder.drift import Drift, DriftKind
+from repro_serving.builder.errors import NotObservable
+from repro_serving.builder.hashing import sha256_file
+from repro_serving.builder.native.dispatch import (
+    Dispatch,
+    DispatchKind,
+    HostCapabilities,
+    Prediction,
+    predict,
+)
+from repro_serving.builder.native.elf import ElfError, ElfInfo
+from repro_serving.builder.native.kernels import (
+    Category,
+    KernelSet,
+    Origin,
+    Platform,
+    classify,
+    origin_of,
+)
+from repro_serving.builder.native.ldcache import LdCache
+from repro_serving.builder.native.loader import (
     Closure,
     FileSystem,
     LoadedObject,
@@ -39,9 +52,9 @@ from builder.native.loader import (
     dlopen_closure,
     executable_closure,
 )
-from builder.native.modules import is_module_file, module_file_description
-from builder.native.processes import MappedFile, ProcessSnapshot, TreeSnapshot
-from builder.native.procmaps import FileId
+from repro_serving.builder.native.modules import is_module_file, module_file_description
+from repro_serving.builder.native.processes import MappedFile, ProcessSnapshot, TreeSnapshot
+from repro_serving.builder.native.procmaps import FileId
 
 DEFAULT_FORBIDDEN_ENV = ("LD_PRELOAD", "LD_AUDIT")
 

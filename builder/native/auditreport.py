@@ -12,12 +12,12 @@ from typing import TYPE_CHECKING
 
 from pydantic import BaseModel, ConfigDict, RootModel
 
-from builder.documents import parse_document
-from builder.drift import Drift
-from builder.render import console, drift_table, table
+from repro_serving.builder.documents import parse_document
+from repro_serving.builder.drift import Drift
+from repro_serving.builder.render import console, drift_table, table
 
 if TYPE_CHECKING:  # the judgement itself: not loaded to read sealed evidence
-    from builder.native.audit import AuditReport, ObjectVerdict
+    from repro_serving.builder.native.audit import AuditReport, ObjectVerdict
 
 
 class _Document(BaseModel):

@@ -21,7 +21,7 @@ from typing import Annotated, Self
 
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints, model_validator
 
-from builder.drift import Drift, DriftKind
+from repro_serving.builder.drift import Drift, DriftKind
 
 CpuFlag = Annotated[str, StringConstraints(pattern=r"^[a-z0-9_]+$")]
 

@@ -35,8 +35,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import IO, NamedTuple
 
-from builder.errors import BadInput, NotObservable
-from builder.readers import NoSuchFile, open_regular
+from repro_serving.builder.errors import BadInput, NotObservable
+from repro_serving.builder.readers import NoSuchFile, open_regular
 
 ELF_MAGIC = b"\x7fELF"
 DF_1_NODEFLIB = 0x800

@@ -35,11 +35,11 @@ from pydantic import (
     model_validator,
 )
 
-from builder.documents import validate_document
-from builder.errors import BadInput
-from builder.manifest import PATH_PLACEHOLDERS, LogMarker, expand, placeholders_in
-from builder.native.dispatch import Dispatch
-from builder.readers import KERNEL_SET_LIMIT, NoSuchFile, read_toml
+from repro_serving.builder.documents import validate_document
+from repro_serving.builder.errors import BadInput
+from repro_serving.builder.manifest import PATH_PLACEHOLDERS, LogMarker, expand, placeholders_in
+from repro_serving.builder.native.dispatch import Dispatch
+from repro_serving.builder.readers import KERNEL_SET_LIMIT, NoSuchFile, read_toml
 
 KERNELS_DIR = Path(__file__).resolve().parents[1] / "kernels"
 """The kernel sets repro ships, as package data: an installed repro finds them too."""

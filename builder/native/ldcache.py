@@ -18,7 +18,7 @@ from __future__ import annotations
 import struct
 from dataclasses import dataclass, field
 
-from builder.errors import BadInput
+from repro_serving.builder.errors import BadInput
 
 OLD_MAGIC = b"ld.so-1.7.0"
 NEW_MAGIC = b"glibc-ld.so.cache1.1"

@@ -28,10 +28,10 @@ from dataclasses import dataclass, field, replace
 from enum import StrEnum
 from typing import Protocol
 
-from builder.errors import BadInput
-from builder.native.elf import ElfError, ElfInfo
-from builder.native.ldcache import CachePlatform, LdCache
-from builder.native.procmaps import FileId
+from repro_serving.builder.errors import BadInput
+from repro_serving.builder.native.elf import ElfError, ElfInfo
+from repro_serving.builder.native.ldcache import CachePlatform, LdCache
+from repro_serving.builder.native.procmaps import FileId
 
 DF_1_NOOPEN = 0x40
 _PRELOAD_NAME_LIMIT = 1024  # SECURE_PATH_LIMIT in rtld.c

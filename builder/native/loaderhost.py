@@ -17,11 +17,16 @@ from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from builder.errors import NotObservable
-from builder.native.elf import ElfError, ElfInfo, UnreadableFile, parse_elf, read_elf
-from builder.native.ldcache import AARCH64_CACHE_ID, X86_64_CACHE_ID, CachePlatform, LdCache
-from builder.native.loader import LoaderConfig
-from builder.native.procmaps import FileId
+from repro_serving.builder.errors import NotObservable
+from repro_serving.builder.native.elf import ElfError, ElfInfo, UnreadableFile, parse_elf, read_elf
+from repro_serving.builder.native.ldcache import (
+    AARCH64_CACHE_ID,
+    X86_64_CACHE_ID,
+    CachePlatform,
+    LdCache,
+)
+from repro_serving.builder.native.loader import LoaderConfig
+from repro_serving.builder.native.procmaps import FileId
 
 DEFAULT_INTERPRETER = "/lib64/ld-linux-x86-64.so.2"
 LD_SO_CACHE = "/etc/ld.so.cache"

@@ -16,14 +16,19 @@ from pathlib import Path
 
 from rich.progress import Progress, SpinnerColumn, TextColumn
 
-from builder.manifest import Manifest
-from builder.native.audit import AuditPolicy, AuditReport, LoaderInputs, judge
-from builder.native.dispatch import HostCapabilities
-from builder.native.kernels import KERNELS_DIR, KernelSet, dispatches
-from builder.native.loaderhost import HostFileSystem, RememberingFileSystem, host_config, read_cache
-from builder.native.processes import HashMemo, TreeSnapshot, snapshot_tree
-from builder.native.pyenv import Environment, Files, HostFiles, tree_environments
-from builder.observe.python import expand_all, path_values
+from repro_serving.builder.manifest import Manifest
+from repro_serving.builder.native.audit import AuditPolicy, AuditReport, LoaderInputs, judge
+from repro_serving.builder.native.dispatch import HostCapabilities
+from repro_serving.builder.native.kernels import KERNELS_DIR, KernelSet, dispatches
+from repro_serving.builder.native.loaderhost import (
+    HostFileSystem,
+    RememberingFileSystem,
+    host_config,
+    read_cache,
+)
+from repro_serving.builder.native.processes import HashMemo, TreeSnapshot, snapshot_tree
+from repro_serving.builder.native.pyenv import Environment, Files, HostFiles, tree_environments
+from repro_serving.builder.observe.python import expand_all, path_values
 
 
 def policy_from_manifest(

@@ -17,9 +17,9 @@ from pathlib import Path
 
 import psutil
 
-from builder.errors import NotObservable
-from builder.hashing import file_size, over_cores, sha256_stream
-from builder.native.procmaps import FileId, Mapping, file_mappings, parse_maps
+from repro_serving.builder.errors import NotObservable
+from repro_serving.builder.hashing import file_size, over_cores, sha256_stream
+from repro_serving.builder.native.procmaps import FileId, Mapping, file_mappings, parse_maps
 
 ELF_MAGIC = b"\x7fELF"
 

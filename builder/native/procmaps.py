@@ -12,7 +12,7 @@ import os
 from dataclasses import dataclass
 from typing import NamedTuple
 
-from builder.errors import BadInput
+from repro_serving.builder.errors import BadInput
 
 DELETED_SUFFIX = " (deleted)"
 

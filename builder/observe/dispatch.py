@@ -15,9 +15,9 @@ from typing import Final
 
 from pydantic import ConfigDict, RootModel
 
-from builder.errors import NotObservable
-from builder.native.dispatch import DispatchKind
-from builder.native.kernels import KernelSet
+from repro_serving.builder.errors import NotObservable
+from repro_serving.builder.native.dispatch import DispatchKind
+from repro_serving.builder.native.kernels import KernelSet
 
 PROBE_TIMEOUT_S: Final = 120.0
 DISPATCH_FILE: Final = "dispatch.json"

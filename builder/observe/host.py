@@ -14,10 +14,10 @@ import platform
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from builder.drift import Drift, DriftKind
-from builder.manifest import Accelerator as ManifestAccelerator
-from builder.manifest import Host
-from builder.native.dispatch import HostCapabilities
+from repro_serving.builder.drift import Drift, DriftKind
+from repro_serving.builder.manifest import Accelerator as ManifestAccelerator
+from repro_serving.builder.manifest import Host
+from repro_serving.builder.native.dispatch import HostCapabilities
 
 # PCI vendor ids of compute accelerators; a server's BMC display (e.g. ASPEED 1a03) is not one.
 COMPUTE_VENDORS = {

@@ -27,11 +27,11 @@ from typing import Final, Literal
 
 from pydantic import BaseModel, ConfigDict
 
-from builder.drift import Drift, DriftKind
-from builder.hashing import git_blob_sha1_file, sha256_file
-from builder.manifest import Model
-from builder.observe.python import placeholder_path
-from builder.readers import ENVIRONMENT_FILE_LIMIT, read_bytes
+from repro_serving.builder.drift import Drift, DriftKind
+from repro_serving.builder.hashing import git_blob_sha1_file, sha256_file
+from repro_serving.builder.manifest import Model
+from repro_serving.builder.observe.python import placeholder_path
+from repro_serving.builder.readers import ENVIRONMENT_FILE_LIMIT, read_bytes
 
 NOT_RELEASE: Final = (".git", ".cache/huggingface")
 """Directories of fetch-tool bookkeeping inside a model directory; see the module docstring."""

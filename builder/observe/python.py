@@ -42,12 +42,12 @@ from urllib.parse import unquote, urlparse
 
 from pydantic import BaseModel, ConfigDict
 
-from builder.drift import Drift, DriftKind
-from builder.errors import BadInput, NotObservable
-from builder.hashing import file_size, over_cores, sha256_file
-from builder.manifest import Manifest, Python, expand
-from builder.native.pyenv import parse_venv_config
-from builder.readers import ENVIRONMENT_FILE_LIMIT, NoSuchFile, parse_json, read_bytes
+from repro_serving.builder.drift import Drift, DriftKind
+from repro_serving.builder.errors import BadInput, NotObservable
+from repro_serving.builder.hashing import file_size, over_cores, sha256_file
+from repro_serving.builder.manifest import Manifest, Python, expand
+from repro_serving.builder.native.pyenv import parse_venv_config
+from repro_serving.builder.readers import ENVIRONMENT_FILE_LIMIT, NoSuchFile, parse_json, read_bytes
 
 INTERPRETER_TIMEOUT_S: Final = 30.0
 

@@ -34,10 +34,10 @@ from typing import Final, Literal
 
 from pydantic import BaseModel, ConfigDict
 
-from builder.drift import Drift, DriftKind
-from builder.errors import NotObservable
-from builder.hashing import sha256_file
-from builder.manifest import Source
+from repro_serving.builder.drift import Drift, DriftKind
+from repro_serving.builder.errors import NotObservable
+from repro_serving.builder.hashing import sha256_file
+from repro_serving.builder.manifest import Source
 
 GIT_TIMEOUT_S: Final = 120.0
 # Configuration a repository could use to run a program while it is only being looked at.

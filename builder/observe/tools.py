@@ -36,13 +36,14 @@ from typing import Final
 from packaging.requirements import InvalidRequirement, Requirement
 from pydantic import BaseModel, ConfigDict
 
-from builder.errors import BadInput, NotObservable
-from builder.observe.artifacts import resolve_artifacts
-from builder.observe.python import Distribution, distributions, normalize
-from builder.sealing.bundle import REQUIREMENTS_FILE, wheel_filename
-from builder.sealing.statement import repro_version
+from repro_serving import DISTRIBUTION
+from repro_serving.builder.errors import BadInput, NotObservable
+from repro_serving.builder.observe.artifacts import resolve_artifacts
+from repro_serving.builder.observe.python import Distribution, distributions, normalize
+from repro_serving.builder.sealing.bundle import REQUIREMENTS_FILE, wheel_filename
+from repro_serving.builder.sealing.statement import repro_version
 
-PROJECT: Final = "repro"
+PROJECT: Final = DISTRIBUTION
 WHEEL_TIMEOUT_S: Final = 600.0
 SOURCE_DATE_EPOCH: Final = "315532800"
 """1980-01-01, the earliest time a zip entry can hold: every wheel entry is stamped with it."""
@@ -172,9 +173,10 @@ def build_tools(directory: Path) -> ReproTools:
 
 def source_tree() -> Path:
     """The directory holding the pyproject.toml of the repro that runs, else `NotObservable`."""
-    import builder
+    import repro_serving
 
-    root = Path(builder.__file__).resolve().parents[1]
+    # a checkout's repro_serving/ is a folder of the source tree, beside pyproject.toml
+    root = Path(repro_serving.__file__).parents[1]
     project = root / "pyproject.toml"
     name = None
     if project.is_file():
@@ -186,7 +188,7 @@ def source_tree() -> Path:
         raise NotObservable(
             "cannot build the wheel of the repro that runs: it has no source tree",
             where=str(root),
-            expected=f"a pyproject.toml of project {PROJECT!r} beside the builder package",
+            expected=f"a pyproject.toml of project {PROJECT!r} beside the repro_serving package",
             found=f"repro {repro_version()} installed without its source",
             hint="seal from a checkout of repro (`make` installs it editable): a bundle carries "
             "the repro that sealed it, built from its source",
@@ -204,8 +206,11 @@ def build_wheel(source: Path, out: Path) -> Path:
     readme = project.get("project", {}).get("readme")
     if isinstance(readme, str) and (source / readme).is_file():
         shutil.copy2(source / readme, staging / readme)
-    for package in _packages(project):
-        shutil.copytree(source / package, staging / package, ignore=_IGNORED)
+    for directory in _package_dirs(project):
+        # the links of a checkout's repro_serving/ are not copied: package-dir maps the folders
+        shutil.copytree(source / directory, staging / directory, ignore=_ignored)
+    for name in project.get("project", {}).get("license-files", []):
+        shutil.copy2(source / name, staging / name)
     command = [
         sys.executable,
         "-m",
@@ -235,14 +240,17 @@ def build_wheel(source: Path, out: Path) -> Path:
     return expected
 
 
-def _packages(project: dict[str, object]) -> list[str]:
-    """The top-level package directories pyproject.toml's `packages.find.include` names."""
+def _package_dirs(project: dict[str, object]) -> list[str]:
+    """The source folders pyproject.toml's `tool.setuptools.package-dir` maps packages to."""
     tool = project.get("tool", {})
     setuptools = tool.get("setuptools", {}) if isinstance(tool, dict) else {}
-    packages = setuptools.get("packages", {}) if isinstance(setuptools, dict) else {}
-    find = packages.get("find", {}) if isinstance(packages, dict) else {}
-    include = find.get("include", []) if isinstance(find, dict) else []
-    return sorted({str(pattern).rstrip("*").rstrip(".") for pattern in include})
+    mapping = setuptools.get("package-dir", {}) if isinstance(setuptools, dict) else {}
+    return sorted({str(folder) for folder in mapping.values()}) if isinstance(mapping, dict) else []
+
+
+def _ignored(directory: str, names: list[str]) -> set[str]:
+    links = {name for name in names if Path(directory, name).is_symlink()}
+    return set(_IGNORED(directory, names)) | links
 
 
 def _no_wheel(source: Path, found: str) -> NotObservable:

@@ -29,14 +29,22 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Final
 
-from builder import tinymodel
-from builder.drift import Drift, DriftKind
-from builder.errors import ReproError
-from builder.hashing import git_blob_sha1_file
-from builder.manifest import Model
-from builder.observe.models import compare, observe_model
-from builder.restore.step import Action, Progress, StepResult, no_progress, occupied, reason, remove
-from builder.sealing.atomic import move_into_place
+from repro_serving.builder import tinymodel
+from repro_serving.builder.drift import Drift, DriftKind
+from repro_serving.builder.errors import ReproError
+from repro_serving.builder.hashing import git_blob_sha1_file
+from repro_serving.builder.manifest import Model
+from repro_serving.builder.observe.models import compare, observe_model
+from repro_serving.builder.restore.step import (
+    Action,
+    Progress,
+    StepResult,
+    no_progress,
+    occupied,
+    reason,
+    remove,
+)
+from repro_serving.builder.sealing.atomic import move_into_place
 
 GENERATORS: Final[Mapping[str, Callable[[Path], object]]] = {"tiny-llama": tinymodel.generate}
 """`[[model]].generator` to the function that writes that model into a new directory."""

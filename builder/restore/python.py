@@ -25,13 +25,13 @@ from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Final
 
-from builder.drift import Drift, DriftKind
-from builder.errors import ReproError
-from builder.hashing import sha256_bytes, sha256_file
-from builder.lock import PythonClaim, WheelArtifact
-from builder.manifest import Python
-from builder.observe.artifacts import download, pip_command, requirement_lines
-from builder.observe.python import (
+from repro_serving.builder.drift import Drift, DriftKind
+from repro_serving.builder.errors import ReproError
+from repro_serving.builder.hashing import sha256_bytes, sha256_file
+from repro_serving.builder.lock import PythonClaim, WheelArtifact
+from repro_serving.builder.manifest import Python
+from repro_serving.builder.observe.artifacts import download, pip_command, requirement_lines
+from repro_serving.builder.observe.python import (
     PythonFacts,
     Venv,
     compare,
@@ -40,8 +40,8 @@ from builder.observe.python import (
     observe_python,
     venv_values,
 )
-from builder.restore.step import Action, Progress, StepResult, no_progress
-from builder.sealing.atomic import move_into_place
+from repro_serving.builder.restore.step import Action, Progress, StepResult, no_progress
+from repro_serving.builder.sealing.atomic import move_into_place
 
 INSTALL_TIMEOUT_S: Final = 1800.0
 KIND: Final = "python"

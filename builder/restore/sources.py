@@ -26,13 +26,21 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Final
 
-from builder.drift import Drift, DriftKind
-from builder.errors import ReproError
-from builder.hashing import sha256_bytes
-from builder.manifest import Source
-from builder.observe.sources import compare, observe_source
-from builder.restore.step import Action, Progress, StepResult, no_progress, occupied, reason, remove
-from builder.sealing.atomic import move_into_place
+from repro_serving.builder.drift import Drift, DriftKind
+from repro_serving.builder.errors import ReproError
+from repro_serving.builder.hashing import sha256_bytes
+from repro_serving.builder.manifest import Source
+from repro_serving.builder.observe.sources import compare, observe_source
+from repro_serving.builder.restore.step import (
+    Action,
+    Progress,
+    StepResult,
+    no_progress,
+    occupied,
+    reason,
+    remove,
+)
+from repro_serving.builder.sealing.atomic import move_into_place
 
 GIT_TIMEOUT_S: Final = 600.0
 """A clone of a large repository over a slow link takes minutes; a hung one never ends."""

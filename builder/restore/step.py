@@ -8,8 +8,8 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from pathlib import Path
 
-from builder.drift import Drift
-from builder.errors import ReproError
+from repro_serving.builder.drift import Drift
+from repro_serving.builder.errors import ReproError
 
 Progress = Callable[[str], None]
 """Told what a step is doing, for a person watching; a no-op by default."""

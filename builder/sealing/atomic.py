@@ -16,7 +16,7 @@ import secrets
 from collections.abc import Callable
 from pathlib import Path
 
-from builder.errors import BadInput
+from repro_serving.builder.errors import BadInput
 
 Progress = Callable[[str], None]
 

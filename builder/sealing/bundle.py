@@ -33,7 +33,8 @@ import unicodedata
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 
-from builder.errors import BadInput
+from repro_serving import WHEEL_NAME
+from repro_serving.builder.errors import BadInput
 
 MANIFEST = "manifest.toml"
 LOCK = "lock.json"
@@ -147,7 +148,7 @@ def fixed_content(kernel_sets: Iterable[str]) -> set[str]:
 
 def wheel_filename(version: str) -> str:
     """The file name of the wheel of repro `version` (PEP 427: pure Python, any platform)."""
-    return f"repro-{version.replace('-', '_')}-py3-none-any.whl"
+    return f"{WHEEL_NAME}-{version.replace('-', '_')}-py3-none-any.whl"
 
 
 def handoff_content(repro_version: str) -> set[str]:

@@ -24,11 +24,11 @@ from dataclasses import dataclass
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from builder.canonical import canonical_json, parse_canonical
-from builder.documents import validate_document
-from builder.errors import BadInput, ReproError
-from builder.readers import ENVELOPE_LIMIT
-from builder.sealing.keys import SigningKey, TrustedKeys
+from repro_serving.builder.canonical import canonical_json, parse_canonical
+from repro_serving.builder.documents import validate_document
+from repro_serving.builder.errors import BadInput, ReproError
+from repro_serving.builder.readers import ENVELOPE_LIMIT
+from repro_serving.builder.sealing.keys import SigningKey, TrustedKeys
 
 PAYLOAD_TYPE = "application/vnd.in-toto+json"
 

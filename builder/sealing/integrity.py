@@ -23,12 +23,17 @@ from dataclasses import dataclass
 from pathlib import Path
 from types import MappingProxyType
 
-from builder.drift import Drift, DriftKind
-from builder.errors import BadInput, NotObservable, ReproError
-from builder.hashing import sha256_bytes, sha256_file, sha256_files
-from builder.readers import ENVELOPE_LIMIT, SHA256SUMS_LIMIT, describe_mode, read_bytes
-from builder.sealing import dsse
-from builder.sealing.bundle import (
+from repro_serving.builder.drift import Drift, DriftKind
+from repro_serving.builder.errors import BadInput, NotObservable, ReproError
+from repro_serving.builder.hashing import sha256_bytes, sha256_file, sha256_files
+from repro_serving.builder.readers import (
+    ENVELOPE_LIMIT,
+    SHA256SUMS_LIMIT,
+    describe_mode,
+    read_bytes,
+)
+from repro_serving.builder.sealing import dsse
+from repro_serving.builder.sealing.bundle import (
     ENVELOPE,
     MANIFEST,
     REQUIRED_CONTENT,
@@ -39,8 +44,8 @@ from builder.sealing.bundle import (
     parse_sha256sums,
     path_problem,
 )
-from builder.sealing.keys import TrustedKeys
-from builder.sealing.statement import Statement
+from repro_serving.builder.sealing.keys import TrustedKeys
+from repro_serving.builder.sealing.statement import Statement
 
 
 @dataclass(frozen=True)

@@ -21,9 +21,9 @@ from cryptography.exceptions import InvalidSignature, UnsupportedAlgorithm
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
 
-from builder.errors import BadInput, NotObservable
-from builder.hashing import sha256_bytes
-from builder.readers import KEY_LIMIT, read_bytes
+from repro_serving.builder.errors import BadInput, NotObservable
+from repro_serving.builder.hashing import sha256_bytes
+from repro_serving.builder.readers import KEY_LIMIT, read_bytes
 
 PRIVATE_SUFFIX = ".key"
 PUBLIC_SUFFIX = ".pub"

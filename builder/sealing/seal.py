@@ -30,13 +30,13 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Any
 
-from builder.canonical import canonical_json
-from builder.errors import BadInput, NotObservable
-from builder.hashing import sha256_file
-from builder.readers import EVIDENCE_LIMIT, describe_mode, read_bytes
-from builder.sealing import dsse
-from builder.sealing.atomic import fsync_dir, move_into_place
-from builder.sealing.bundle import (
+from repro_serving.builder.canonical import canonical_json
+from repro_serving.builder.errors import BadInput, NotObservable
+from repro_serving.builder.hashing import sha256_file
+from repro_serving.builder.readers import EVIDENCE_LIMIT, describe_mode, read_bytes
+from repro_serving.builder.sealing import dsse
+from repro_serving.builder.sealing.atomic import fsync_dir, move_into_place
+from repro_serving.builder.sealing.bundle import (
     ENVELOPE,
     EVIDENCE_DIR,
     KERNEL_SETS_DIR,
@@ -52,8 +52,8 @@ from builder.sealing.bundle import (
     path_problem,
     render_sha256sums,
 )
-from builder.sealing.keys import SigningKey
-from builder.sealing.statement import BUILD_TYPE, RUN_BUILD_TYPE, statement_for
+from repro_serving.builder.sealing.keys import SigningKey
+from repro_serving.builder.sealing.statement import BUILD_TYPE, RUN_BUILD_TYPE, statement_for
 
 FILE_MODE = 0o644
 LAUNCHER_MODE = 0o755

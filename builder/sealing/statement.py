@@ -17,10 +17,11 @@ from typing import Annotated, Final, Literal
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field
 
-from builder.canonical import canonical_json, parse_canonical
-from builder.documents import validate_document
-from builder.errors import BadInput
-from builder.sealing.bundle import MANIFEST, is_sha256_hex, path_problem
+from repro_serving import DISTRIBUTION
+from repro_serving.builder.canonical import canonical_json, parse_canonical
+from repro_serving.builder.documents import validate_document
+from repro_serving.builder.errors import BadInput
+from repro_serving.builder.sealing.bundle import MANIFEST, is_sha256_hex, path_problem
 
 STATEMENT_TYPE = "https://in-toto.io/Statement/v1"
 PREDICATE_TYPE = "https://slsa.dev/provenance/v1"
@@ -135,7 +136,7 @@ class Statement(_Frozen):
 
 
 def repro_version() -> str:
-    return version("repro")
+    return version(DISTRIBUTION)
 
 
 def statement_for(

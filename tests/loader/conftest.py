@@ -17,10 +17,10 @@ from pathlib import Path
 
 import pytest
 
-from builder.native.elf import is_elf
-from builder.native.ldcache import LdCache
-from builder.native.loader import Closure, LoaderConfig
-from builder.native.loaderhost import HostFileSystem, host_config, read_cache
+from repro_serving.builder.native.elf import is_elf
+from repro_serving.builder.native.ldcache import LdCache
+from repro_serving.builder.native.loader import Closure, LoaderConfig
+from repro_serving.builder.native.loaderhost import HostFileSystem, host_config, read_cache
 
 _LIB_SOURCE = "int repro_fixture_{tag}(void) {{ return {value}; }}\n"
 _DLOPEN_CONSTRUCTOR = r"""

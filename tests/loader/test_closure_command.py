@@ -13,10 +13,10 @@ from typing import IO
 
 import pytest
 
-from builder.cli import main
-from builder.native import elf, loaderhost
-from builder.native.elf import ElfInfo, parse_elf
-from builder.native.loaderhost import HostFileSystem
+from repro_serving.builder.cli import main
+from repro_serving.builder.native import elf, loaderhost
+from repro_serving.builder.native.elf import ElfInfo, parse_elf
+from repro_serving.builder.native.loaderhost import HostFileSystem
 
 from .conftest import Build, run_judge
 
@@ -141,10 +141,12 @@ def test_each_elf_file_is_parsed_once_in_a_run_whatever_the_paths_to_it(
 
 
 def test_closure_imports_only_what_it_runs() -> None:
-    probe = "import sys, builder.commands.closure; print('\\n'.join(sorted(sys.modules)))"
+    closure = "repro_serving.builder.commands.closure"
+    probe = f"import sys, {closure}; print('\\n'.join(sorted(sys.modules)))"
     loaded = subprocess.run(
         [sys.executable, "-c", probe], capture_output=True, text=True, check=True
     ).stdout.split()
-    assert "builder.commands.closure" in loaded
-    heavy = ("pydantic", "rich", "numpy", "httpx", "elftools", "builder.render", "builder.drift")
-    assert [m for m in loaded if m.split(".")[0] in heavy or m in heavy] == []
+    assert closure in loaded
+    heavy = ("pydantic", "rich", "numpy", "httpx", "elftools")
+    own = ("repro_serving.builder.render", "repro_serving.builder.drift")
+    assert [m for m in loaded if m.split(".")[0] in heavy or m in own] == []

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from builder.native.ldcache import LdCache
-from builder.native.loader import (
+from repro_serving.builder.native.ldcache import LdCache
+from repro_serving.builder.native.loader import (
     Closure,
     LoadedObject,
     LoaderConfig,
@@ -18,7 +18,7 @@ from builder.native.loader import (
     executable_closure,
     resolve_dlopen,
 )
-from builder.native.loaderhost import HostFileSystem, with_environment
+from repro_serving.builder.native.loaderhost import HostFileSystem, with_environment
 
 from .conftest import Build, predicted, run_judge
 

@@ -39,14 +39,14 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from builder.cli import build_parser
-from builder.commands.audit import Audit, audit
-from builder.native.auditreport import report_document
-from builder.native.dispatch import predict
-from builder.native.kernels import KernelSet, dispatches
-from builder.native.loaderhost import host_config
-from builder.observe.host import observe_host
-from builder.render import json_document
+from repro_serving.builder.cli import build_parser
+from repro_serving.builder.commands.audit import Audit, audit
+from repro_serving.builder.native.auditreport import report_document
+from repro_serving.builder.native.dispatch import predict
+from repro_serving.builder.native.kernels import KernelSet, dispatches
+from repro_serving.builder.native.loaderhost import host_config
+from repro_serving.builder.observe.host import observe_host
+from repro_serving.builder.render import json_document
 
 HERE = Path(__file__).resolve().parent
 AUDIT_ARGS = ("--kernel-set", "cuda", "--module", "torch._C")
