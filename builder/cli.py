@@ -6,7 +6,9 @@ imports none of them). This module catches `ReproError` once, prints its diagnos
 returns its exit code, so no traceback reaches a user for a bad input; a usage error is a
 `BadInput` like any other. Any other exception (a bug, RecursionError, MemoryError) is the last
 guard's: one line `repro: internal error: <type>: <message>` and exit 3, the traceback only
-under the global `-v`/`--verbose`. With `--json`, every error, of any exit code, is also a
+under the global `-v`/`--verbose`. The global `-q`/`--quiet` silences progress lines
+(`builder.progress`), never a result or an error; `--version` prints the distribution and its
+version. With `--json`, every error, of any exit code, is also a
 document on stdout: `{"version": 1, "ok": false, "error": {what, where, expected, found,
 exit_code}}`.
 """
@@ -20,8 +22,10 @@ from collections.abc import Sequence
 from types import ModuleType
 from typing import NoReturn
 
+from repro_serving import DISTRIBUTION
 from repro_serving.builder import commands
 from repro_serving.builder.errors import BadInput, ExitCode, ReproError
+from repro_serving.builder.progress import set_quiet
 
 _INTERNAL_MESSAGE_LIMIT = 300
 """Characters of an internal error's message shown: some exceptions carry a whole input."""
@@ -39,21 +43,41 @@ class _Parser(argparse.ArgumentParser):
         raise UsageError(message, hint=f"{self.prog} --help lists every argument")
 
 
-def _add_verbose(parser: argparse.ArgumentParser, default: object) -> None:
-    parser.add_argument(
+def _add_globals(parser: argparse.ArgumentParser, default: object) -> None:
+    """`-v` and `-q`, accepted before the command and after it (`default`: SUPPRESS after it,
+    so that one given before is kept)."""
+    loudness = parser.add_mutually_exclusive_group()
+    loudness.add_argument(
         "-v",
         "--verbose",
         action="store_true",
         default=default,
         help="print the traceback of an internal error",
     )
+    loudness.add_argument(
+        "-q",
+        "--quiet",
+        action="store_true",
+        default=default,
+        help="no progress lines: only the result and errors",
+    )
+
+
+def _version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return f"{DISTRIBUTION} {version(DISTRIBUTION)}"
+    except PackageNotFoundError:  # imported from a source tree that was never installed
+        return f"{DISTRIBUTION} (not installed: no version)"
 
 
 def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     """The parser of every subcommand's name and summary; `command`'s module alone is imported
     and configures its arguments (`None`: every command's, as documentation tools want)."""
     parser = _Parser(prog="repro", description="Seal, verify and replay LLM serving records.")
-    _add_verbose(parser, False)
+    parser.add_argument("--version", action="version", version=_version())
+    _add_globals(parser, False)
     sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
     for name in commands.names():
         command_parser = sub.add_parser(name, help=commands.summary(name))
@@ -62,15 +86,14 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
         module = commands.load(name)
         command_parser.description = module.__doc__
         module.configure_parser(command_parser)
-        # after the command too; SUPPRESS keeps a `-v` given before it
-        _add_verbose(command_parser, argparse.SUPPRESS)
+        _add_globals(command_parser, argparse.SUPPRESS)
         command_parser.set_defaults(_module=module)
     return parser
 
 
 def _command(options: Sequence[str]) -> str:
     """The subcommand named on the command line: its first argument that is not an option
-    (the only options before it are the global `-v`/`--verbose`); "" when there is none."""
+    (the only options before it are the global ones); "" when there is none."""
     return next((argument for argument in options if not argument.startswith("-")), "")
 
 
@@ -86,6 +109,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         except SystemExit as exit_:  # --help, printed by argparse
             return int(exit_.code or 0)
         as_json, verbose = bool(getattr(args, "json", False)), bool(args.verbose)
+        set_quiet(bool(args.quiet))
         module: ModuleType = args._module
         return int(module.execute(args))
     except ReproError as error:

@@ -1,29 +1,15 @@
-"""Arguments and output several commands share: trusted keys, output directories, and a
-verification report."""
+"""Arguments and output several commands share: output directories and a verification report
+(the keys are `_keys`')."""
 
 from __future__ import annotations
 
-import argparse
 from pathlib import Path
 from typing import Any
 
 from repro_serving.builder.errors import BadInput, NotObservable
 from repro_serving.builder.readers import describe_mode
 from repro_serving.builder.render import console, drift_table, table
-from repro_serving.builder.sealing.keys import TrustedKeys, trusted_keys
 from repro_serving.builder.verify import VerifyReport
-
-
-def add_trust_arguments(parser: argparse.ArgumentParser) -> None:
-    trust = parser.add_mutually_exclusive_group()
-    trust.add_argument("--key", type=Path, metavar="PUB", help="the one trusted public key")
-    trust.add_argument(
-        "--trusted-keys", type=Path, metavar="DIR", help="a directory of trusted *.pub keys"
-    )
-
-
-def trusted(args: argparse.Namespace) -> TrustedKeys:
-    return trusted_keys(args.key, args.trusted_keys)
 
 
 def output_directory(path: Path, *, option: str) -> Path:

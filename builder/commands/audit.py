@@ -29,6 +29,7 @@ from repro_serving.builder.native.policy import (
 )
 from repro_serving.builder.native.processes import pid_listening_on
 from repro_serving.builder.observe.host import observe_host
+from repro_serving.builder.progress import showing
 from repro_serving.builder.render import console, table, write_json
 
 
@@ -96,7 +97,7 @@ def audit(args: argparse.Namespace) -> Audit:
     """Snapshot the tree the arguments name and judge it under the policy they describe: the
     one judgement of `repro audit`, for the command and for any script that records it."""
     pid = args.pid if args.pid is not None else pid_listening_on(args.port)
-    tree = observe_tree(pid, show_progress=not args.json)
+    tree = observe_tree(pid, show_progress=not args.json and showing())
     host = observe_host().capabilities()
     if args.manifest is not None:
         policy = policy_from_manifest(Manifest.from_path(args.manifest), host)

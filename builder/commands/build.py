@@ -8,37 +8,32 @@ temporary sibling and renamed into place, signed with `--signing-key`.
 from __future__ import annotations
 
 import argparse
-import sys
 import tempfile
 from pathlib import Path
 
 from repro_serving.builder.build import BuildRefused, build
+from repro_serving.builder.commands._keys import add_signing_key_argument, required_signing_key_path
 from repro_serving.builder.commands._shared import output_directory
 from repro_serving.builder.errors import ExitCode
+from repro_serving.builder.progress import say
 from repro_serving.builder.render import console, drift_table, write_json
 from repro_serving.builder.sealing.keys import SigningKey
 
 
 def configure_parser(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("manifest", type=Path, metavar="MANIFEST")
-    parser.add_argument(
-        "--signing-key", type=Path, required=True, metavar="KEY", help="Ed25519 private key"
-    )
+    add_signing_key_argument(parser, "seal the bundle with")
     parser.add_argument("--out", type=Path, default=Path("repro"), help="default: repro/")
     parser.add_argument("--force", action="store_true", help="replace an existing bundle")
     parser.add_argument("--run-dir", type=Path, help="keep the teacher run here")
     parser.add_argument("--json", action="store_true", help="machine-readable result")
 
 
-def _say(message: str) -> None:
-    sys.stderr.write(f"{message}\n")
-
-
 def execute(args: argparse.Namespace) -> int:
-    key = SigningKey.from_path(args.signing_key)
+    key = SigningKey.from_path(required_signing_key_path(args))
     output_directory(args.out, option="--out")
     run_dir = args.run_dir or Path(tempfile.mkdtemp(prefix="repro-build-")) / "run"
-    progress = None if args.json else _say
+    progress = None if args.json else say
     try:
         result = build(args.manifest, key, args.out, run_dir, force=args.force, progress=progress)
     except BuildRefused as refused:

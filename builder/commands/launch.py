@@ -11,12 +11,13 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from repro_serving.builder.commands._shared import (
+from repro_serving.builder.commands._keys import (
+    add_signing_key_argument,
     add_trust_arguments,
-    print_report,
-    report_document,
+    signing_key_path,
     trusted,
 )
+from repro_serving.builder.commands._shared import print_report, report_document
 from repro_serving.builder.commands.run import print_summary
 from repro_serving.builder.errors import ExitCode
 from repro_serving.builder.render import console, write_json
@@ -28,7 +29,7 @@ from repro_serving.builder.sealing.keys import SigningKey
 def configure_parser(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("bundle", metavar="BUNDLE")  # a string: Path("") would be "."
     add_trust_arguments(parser)
-    parser.add_argument("--signing-key", type=Path, metavar="KEY", help="seal the run with it")
+    add_signing_key_argument(parser, "seal the run with")
     parser.add_argument("--runs", type=Path, default=Path("runs"), help="default: runs/")
     parser.add_argument("--profile", help="default: candidate, else the teacher profile")
     parser.add_argument("--anchor", type=Path, help="as for verify")
@@ -36,7 +37,8 @@ def configure_parser(parser: argparse.ArgumentParser) -> None:
 
 
 def execute(args: argparse.Namespace) -> int:
-    key = SigningKey.from_path(args.signing_key) if args.signing_key else None
+    key_path = signing_key_path(args)
+    key = SigningKey.from_path(key_path) if key_path else None
     try:
         replay = launch(
             bundle_path(args.bundle),

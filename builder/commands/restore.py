@@ -16,13 +16,10 @@ from pathlib import Path
 
 from rich.console import Console
 
-from repro_serving.builder.commands._shared import (
-    add_trust_arguments,
-    print_report,
-    report_document,
-    trusted,
-)
+from repro_serving.builder.commands._keys import add_trust_arguments, trusted
+from repro_serving.builder.commands._shared import print_report, report_document
 from repro_serving.builder.errors import ExitCode
+from repro_serving.builder.progress import showing
 from repro_serving.builder.render import console, drift_table, table, write_json
 from repro_serving.builder.restore.run import RestoreRefused, RestoreReport, restore
 from repro_serving.builder.sealing.integrity import bundle_path
@@ -44,7 +41,7 @@ def configure_parser(parser: argparse.ArgumentParser) -> None:
 
 
 def execute(args: argparse.Namespace) -> int:
-    quiet = args.json or not sys.stderr.isatty()
+    quiet = args.json or not showing() or not sys.stderr.isatty()
     err = Console(stderr=True, quiet=quiet)
     try:
         report = restore(

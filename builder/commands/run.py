@@ -22,6 +22,7 @@ from pydantic import ValidationError
 from repro_serving.builder import tinymodel
 from repro_serving.builder.errors import BadInput
 from repro_serving.builder.manifest import Manifest, Suite
+from repro_serving.builder.progress import say
 from repro_serving.builder.readers import EVIDENCE_LIMIT, NoSuchFile, parse_json, read_bytes
 from repro_serving.builder.render import console, table, write_json
 from repro_serving.launch.evidence import Teacher
@@ -147,8 +148,7 @@ def _shown(path: Path | None) -> str | None:
 
 
 def _progress(event: Event) -> None:
-    sys.stderr.write(f"[{event.kind}] {event.message}\n")
-    sys.stderr.flush()
+    say(f"[{event.kind}] {event.message}")
 
 
 # --- the summary for a person --------------------------------------------------------------------

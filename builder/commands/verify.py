@@ -15,12 +15,8 @@ from pathlib import Path
 from rich.console import Console
 from rich.status import Status
 
-from repro_serving.builder.commands._shared import (
-    add_trust_arguments,
-    print_report,
-    report_document,
-    trusted,
-)
+from repro_serving.builder.commands._keys import add_trust_arguments, trusted
+from repro_serving.builder.commands._shared import print_report, report_document
 from repro_serving.builder.errors import ExitCode
 from repro_serving.builder.render import write_json
 from repro_serving.builder.sealing.integrity import bundle_path
