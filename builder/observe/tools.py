@@ -4,8 +4,8 @@ A bundle carries the exact repro that sealed it (`tools/`, `builder.sealing.bund
 launcher can install it where repro never was. The wheel is built by `pip wheel --no-deps` from a
 copy of the source tree the running repro is imported from (pyproject.toml, the README it names
 and the packages it lists), with SOURCE_DATE_EPOCH fixed, so that the same source gives the same
-bytes. A repro installed from a wheel has no source tree beside its packages and cannot build
-itself again: sealing then refuses, saying so.
+bytes. A repro installed from a wheel has no source tree: its installed files, each checked
+against the RECORD pip wrote, are packed again into its wheel (`builder.observe.installed`).
 
 Its dependencies are the closure of the running repro's `Requires-Dist` (each marker evaluated
 for this interpreter, no extra), at the versions installed here, each resolved to its wheel
@@ -39,6 +39,7 @@ from pydantic import BaseModel, ConfigDict
 from repro_serving import DISTRIBUTION
 from repro_serving.builder.errors import BadInput, NotObservable
 from repro_serving.builder.observe.artifacts import resolve_artifacts
+from repro_serving.builder.observe.installed import pack_installed
 from repro_serving.builder.observe.python import Distribution, distributions, normalize
 from repro_serving.builder.sealing.bundle import REQUIREMENTS_FILE, wheel_filename
 from repro_serving.builder.sealing.statement import repro_version
@@ -160,7 +161,11 @@ def build_tools(directory: Path) -> ReproTools:
     """The running repro's wheel and its pinned dependencies, written into `directory`; refused,
     saying why, when either cannot be made."""
     directory.mkdir(parents=True, exist_ok=True)
-    wheel = build_wheel(source_tree(), directory / "wheel")
+    source = source_tree()
+    if source is not None:
+        wheel = build_wheel(source, directory / "wheel")
+    else:
+        wheel = pack_installed(PROJECT, directory / "wheel" / wheel_filename(repro_version()))
     python, platform = this_interpreter()
     pins = pinned_dependencies(wheel_requires(wheel))
     requirements = ToolRequirements(
@@ -171,8 +176,9 @@ def build_tools(directory: Path) -> ReproTools:
     return ReproTools(wheel, path)
 
 
-def source_tree() -> Path:
-    """The directory holding the pyproject.toml of the repro that runs, else `NotObservable`."""
+def source_tree() -> Path | None:
+    """The directory holding the pyproject.toml of the repro that runs (a checkout); None for a
+    repro installed from a wheel, which has none."""
     import repro_serving
 
     # a checkout's repro_serving/ is a folder of the source tree, beside pyproject.toml
@@ -184,16 +190,7 @@ def source_tree() -> Path:
             name = tomllib.loads(project.read_text("utf-8")).get("project", {}).get("name")
         except (tomllib.TOMLDecodeError, UnicodeDecodeError):
             name = None
-    if name != PROJECT:
-        raise NotObservable(
-            "cannot build the wheel of the repro that runs: it has no source tree",
-            where=str(root),
-            expected=f"a pyproject.toml of project {PROJECT!r} beside the repro_serving package",
-            found=f"repro {repro_version()} installed without its source",
-            hint="seal from a checkout of repro (`make` installs it editable): a bundle carries "
-            "the repro that sealed it, built from its source",
-        )
-    return root
+    return root if name == PROJECT else None
 
 
 def build_wheel(source: Path, out: Path) -> Path:
