@@ -64,6 +64,7 @@ from repro_serving.builder.sealing.seal import (
     check_destination,
     seal,
 )
+from repro_serving.builder.sealing.statement import resolved_dependencies
 from repro_serving.builder.verify import OpenedBundle, recompute
 from repro_serving.launch.run import RunPlan, RunRecord, capture_teacher, run_profile
 from repro_serving.launch.rundir import (
@@ -219,6 +220,7 @@ def _build_live(
         manifest=manifest_path,
         manifest_source=str(manifest_path),
         lock=lock.model_dump(mode="json", by_alias=True),
+        dependencies=resolved_dependencies(lock),
         oracle={bundle.SUITE_FILE: suite_path, bundle.TEACHER_FILE: teacher_path},
         evidence=evidence_files(run_dir, len(record.starts)),
         kernels=kernel_set_files(manifest.native.kernel_sets),
@@ -301,8 +303,8 @@ def assemble_lock(
         bundle=bundle_claim(manifest, manifest_source, manifest_sha256=manifest_sha256),
         host=HostClaim(
             evidence=EvidenceClass.LIVE,
-            facts=observed.host.to_json(),
-            enforced=manifest.host.model_dump(mode="json", exclude_defaults=True),
+            facts=observed.host.locked(),
+            enforced=manifest.host,
         ),
         models=tuple(
             ModelClaim(

@@ -10,10 +10,12 @@ recomputes from them is `sealed` and every claim it can only repeat is `declared
 from __future__ import annotations
 
 import posixpath
+from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Annotated
 
-from pydantic import BaseModel, ConfigDict, JsonValue
+from pydantic import BaseModel, ConfigDict, Field
 
 from repro_serving.builder.canonical import canonical_json
 from repro_serving.builder.claims import ClaimCheck, bundle_claim, content_check, oracle_claim
@@ -22,8 +24,10 @@ from repro_serving.builder.drift import Drift, DriftKind
 from repro_serving.builder.errors import BadInput
 from repro_serving.builder.hashing import sha256_bytes, sha256_file
 from repro_serving.builder.lock import (
+    AcceleratorFacts,
     EvidenceClass,
     HostClaim,
+    HostFacts,
     LaunchClaim,
     Lock,
     ModelClaim,
@@ -38,6 +42,7 @@ from repro_serving.builder.readers import EVIDENCE_LIMIT, read_bytes
 from repro_serving.builder.sealing import bundle
 from repro_serving.builder.sealing.keys import SigningKey
 from repro_serving.builder.sealing.seal import BundleContent, Handoff, SealedBundle, seal
+from repro_serving.builder.sealing.statement import resolved_dependencies
 from repro_serving.launch import gates
 from repro_serving.launch.evidence import Teacher, Verdict
 from repro_serving.launch.historical import (
@@ -234,8 +239,8 @@ def assemble_lock(
         bundle=bundle_claim(manifest, manifest_source, manifest_sha256=manifest_sha256),
         host=HostClaim(
             evidence=declared,
-            facts=dict(identity.host),
-            enforced=manifest.host.model_dump(mode="json", exclude_defaults=True),
+            facts=identity.host.facts(where=f"{files.identity or IDENTITY}: host"),
+            enforced=manifest.host,
         ),
         models=tuple(
             ModelClaim(
@@ -401,6 +406,7 @@ def seal_record(
         manifest=manifest_path,
         manifest_source=str(manifest_path),
         lock=lock.model_dump(mode="json", by_alias=True),
+        dependencies=resolved_dependencies(lock),
         oracle={bundle.SUITE_FILE: suite_path, bundle.TEACHER_FILE: teacher_path},
         evidence=files.sealed_names(),
         kernels=kernel_set_files(manifest.native.kernel_sets),
@@ -429,11 +435,71 @@ class IdentityToolchain(_Foreign):
     python: str | None = None
 
 
+class IdentityHost(_Foreign):
+    """The host as the producer's identity names it, in its own words; `facts` says it in the
+    lock's (`builder.lock.HostFacts`), stating exactly what this states."""
+
+    os: str | None = None
+    """The distribution's name (`Ubuntu 24.04.4 LTS`): os-release's PRETTY_NAME."""
+    kernel: str | None = None
+    architecture: str | None = None
+    gpu_name: str | None = None
+    gpu_vendor_device: str | None = None
+    gpu_bdfs: tuple[str, ...] | None = None
+    """The PCI address of each card."""
+    gpu_count: Annotated[int, Field(ge=0)] | None = None
+
+    def facts(self, *, where: str) -> HostFacts:
+        """The lock's host facts: those this names, under the lock's names; a fact it does not
+        name is absent. Its cards are listed one by one when it says how many there are or
+        where they are, and it must not say both differently."""
+        stated: dict[str, object] = {}
+        if self.architecture is not None:
+            stated["arch"] = self.architecture
+        if self.os is not None:
+            stated["os_release"] = {"PRETTY_NAME": self.os}
+        if self.kernel is not None:
+            stated["kernel"] = self.kernel
+        cards = self._cards(where)
+        if cards is not None:
+            stated["accelerators"] = cards
+        return HostFacts.model_validate(stated)
+
+    def _cards(self, where: str) -> tuple[AcceleratorFacts, ...] | None:
+        bdfs, count = self.gpu_bdfs, self.gpu_count
+        if bdfs is not None and count is not None and count != len(bdfs):
+            raise BadInput(
+                "the identity's host contradicts itself",
+                where=f"{where}.gpu_count",
+                expected=f"{len(bdfs)}, the number of gpu_bdfs",
+                found=str(count),
+            )
+        if bdfs is None and count is None:
+            if self.gpu_vendor_device is not None or self.gpu_name is not None:
+                raise BadInput(
+                    "the identity names a card but not how many there are",
+                    where=where,
+                    expected="gpu_bdfs or gpu_count beside gpu_vendor_device and gpu_name",
+                    found="neither",
+                )
+            return None
+        card: dict[str, str] = {}
+        if self.gpu_vendor_device is not None:
+            card["vendor_device"] = self.gpu_vendor_device
+        if self.gpu_name is not None:
+            card["name"] = self.gpu_name
+        if bdfs is None:
+            return tuple(AcceleratorFacts.model_validate(card) for _ in range(count or 0))
+        return tuple(
+            AcceleratorFacts.model_validate({"address": bdf, **card}) for bdf in sorted(bdfs)
+        )
+
+
 class Identity(_Foreign):
     """The producer's own declaration of its stack (their runtime lock), as far as a lock
     repeats it: host facts, the interpreter, the native modules. Declared, never checked."""
 
-    host: dict[str, JsonValue] = {}
+    host: IdentityHost = IdentityHost()
     toolchain: IdentityToolchain = IdentityToolchain()
     native_modules: tuple[IdentityModule, ...] = ()
 
@@ -673,14 +739,12 @@ def _record_checks(claim: RecordClaim, locked: RecordClaim) -> list[ClaimCheck]:
 def _declared(lock: Lock) -> list[ClaimCheck]:
     """What the record only asserts: listed with its class, never presented as checked."""
     declared = EvidenceClass.DECLARED
-    host = lock.host.facts
-    cards = f"{host.get('gpu_count', '?')} x {host.get('gpu_vendor_device', '?')}"
     commits = ", ".join(f"{s.name}@{s.commit[:12]}" for s in lock.sources)
     return [
         ClaimCheck(
             "host",
             declared,
-            f"{host.get('os', '?')}, kernel {host.get('kernel', '?')}, {cards}",
+            describe_host(lock.host.facts),
             True,
             "as the producer recorded it; not checked",
         ),
@@ -700,6 +764,23 @@ def _declared(lock: Lock) -> list[ClaimCheck]:
             "not checked",
         ),
     ]
+
+
+def describe_host(facts: HostFacts) -> str:
+    """The facts a person checks first, each as stated, "?" where the record states none."""
+    system = (facts.os_release or {}).get("PRETTY_NAME") or facts.os or "?"
+    kernel = facts.kernel or "?"
+    if facts.accelerators is None:
+        cards = "accelerators ?"
+    elif not facts.accelerators:
+        cards = "no accelerator"
+    else:
+        kinds = Counter(
+            " ".join(filter(None, (a.vendor_device or "?", a.name and f"({a.name})")))
+            for a in facts.accelerators
+        )
+        cards = ", ".join(f"{count} x {kind}" for kind, count in kinds.items())
+    return f"{facts.arch or '?'}, {system}, kernel {kernel}, {cards}"
 
 
 def _number(value: float | None) -> str:

@@ -28,7 +28,14 @@ from repro_serving.builder.sealing import bundle
 from repro_serving.builder.sealing.bundle import KERNEL_SETS_DIR, SUITE_FILE, TEACHER_FILE
 from repro_serving.builder.sealing.keys import SigningKey, TrustedKeys
 from repro_serving.builder.sealing.seal import BundleContent, SealedBundle, seal
-from repro_serving.builder.verify import NotVerified, OpenedBundle, VerifyReport, verify
+from repro_serving.builder.sealing.statement import resolved_dependencies
+from repro_serving.builder.verify import (
+    NotVerified,
+    OpenedBundle,
+    VerifyReport,
+    gate_outcome,
+    verify,
+)
 from repro_serving.launch.evidence import Teacher
 from repro_serving.launch.run import RunPlan, RunRecord, run_profile
 
@@ -101,6 +108,8 @@ def launch(
             manifest=path / bundle.MANIFEST,
             manifest_source=str(path / bundle.MANIFEST),
             lock=lock.model_dump(mode="json", by_alias=True),
+            dependencies=resolved_dependencies(lock),
+            gates=gate_outcome(record.verdicts),
             oracle={
                 SUITE_FILE: opened.oracle(SUITE_FILE),
                 TEACHER_FILE: opened.oracle(TEACHER_FILE),

@@ -43,8 +43,14 @@ from repro_serving.builder.observe.dispatch import DISPATCH_FILE, Probes
 from repro_serving.builder.readers import LOCK_LIMIT, MANIFEST_LIMIT
 from repro_serving.builder.sealing import bundle
 from repro_serving.builder.sealing.bundle import KERNEL_SETS_DIR, SUITE_FILE, TEACHER_FILE
-from repro_serving.builder.sealing.integrity import verify_bundle
+from repro_serving.builder.sealing.integrity import BundleReport, verify_bundle
 from repro_serving.builder.sealing.keys import TrustedKeys
+from repro_serving.builder.sealing.statement import (
+    GateOutcome,
+    descriptor_differences,
+    gate_results_statement,
+    resolved_dependencies,
+)
 from repro_serving.launch import metrics, quality
 from repro_serving.launch.evidence import (
     OracleRow,
@@ -54,6 +60,7 @@ from repro_serving.launch.evidence import (
     Teacher,
     Verdict,
     Verdicts,
+    VerdictStatus,
 )
 from repro_serving.launch.gates import audit_verdict, judge_run
 from repro_serving.launch.rundir import (
@@ -98,7 +105,10 @@ def verify(
     if not integrity.ok:
         return VerifyReport(path, integrity.key_ids, (), integrity.findings)
     sealed = OpenedBundle.read(path, anchor)
-    checks = recompute(sealed, handoff=not integrity.sealed_run)
+    checks = (
+        *recompute(sealed, handoff=not integrity.sealed_run),
+        *attestation_checks(sealed, integrity),
+    )
     if not host:
         return VerifyReport(path, integrity.key_ids, checks, ())
     from repro_serving.builder import (
@@ -306,6 +316,18 @@ def _oracle_checks(sealed: OpenedBundle, rows: tuple[OracleRow, ...]) -> list[Cl
     checks.append(
         ClaimCheck(
             "oracle/teacher.json = bench rows", lock.evidence, f"{len(teacher.rows)} rows", same
+        )
+    )
+    # the rate every throughput floor of a replay scales: the teacher's, recomputed
+    rate = claim.throughput.conventional_median if claim.throughput is not None else None
+    stated = teacher.conventional_tok_s
+    checks.append(
+        ClaimCheck(
+            "oracle/teacher.json conventional_tok_s",
+            lock.evidence,
+            f"{rate!r} tok/s recomputed from the bench rows",
+            stated == rate,  # the same function over the same rows: the same double
+            f"teacher states {stated!r}",
         )
     )
     if lock.throughput is not None and claim.throughput is not None:
@@ -585,7 +607,7 @@ def _anchored_checks(sealed: OpenedBundle) -> list[ClaimCheck]:
         (
             "lock.host.enforced = manifest [host]",
             lock.host.enforced,
-            manifest.host.model_dump(mode="json", exclude_defaults=True),
+            manifest.host,
         ),
         (
             "lock.native.kernel_sets = manifest [native]",
@@ -652,3 +674,88 @@ def _first_row_difference(
         if a != b:
             return f"row {index} ({b.prompt_id}) differs from the lock"
     return f"{len(ours)} rows recomputed, {len(theirs)} locked"
+
+
+# --- the signed statements, recomputed ------------------------------------------------------------
+
+SHOWN_DIFFERENCES = 5
+"""Differing entries a check names, before saying how many more there are."""
+
+
+def attestation_checks(sealed: OpenedBundle, integrity: BundleReport) -> list[ClaimCheck]:
+    """What the signed statements say beyond the files they seal, recomputed from what the
+    bundle seals: the provenance's resolvedDependencies and builder version from the lock; for
+    a sealed run, its test-result statement from the gates recomputed over its evidence."""
+    statement = integrity.statement
+    if statement is None:  # integrity held, so the statement was read: never here
+        raise BadInput("the signed statement was not read", where=str(sealed.path))
+    stated = statement.dependencies
+    problems = descriptor_differences(
+        resolved_dependencies(sealed.lock), stated, what="the sealed lock"
+    )
+    if statement.repro_version != sealed.lock.bundle.repro_version:
+        problems.insert(
+            0,
+            f"builder.version: the statement says repro {statement.repro_version}, "
+            f"the sealed lock {sealed.lock.bundle.repro_version}",
+        )
+    checks = [
+        ClaimCheck(
+            "statement.resolvedDependencies = the sealed lock",
+            EvidenceClass.SEALED,
+            f"{len(stated)} dependencies",
+            not problems,
+            _shown(problems),
+        )
+    ]
+    if integrity.sealed_run:
+        checks.append(_gate_results_check(sealed, integrity))
+    return checks
+
+
+def gate_outcome(verdicts: tuple[Verdict, ...]) -> GateOutcome:
+    """The gates that passed and those that failed, by name; an `n/a` gate judged nothing and
+    is in neither."""
+    return GateOutcome(
+        passed=tuple(v.gate for v in verdicts if v.status is VerdictStatus.PASS),
+        failed=tuple(v.gate for v in verdicts if v.status is VerdictStatus.FAIL),
+    )
+
+
+def _gate_results_check(sealed: OpenedBundle, integrity: BundleReport) -> ClaimCheck:
+    claim = "test-result.dsse.json = the gates recomputed"
+    stated = integrity.gate_results
+    if stated is None:  # integrity held, so a sealed run's results were read: never here
+        raise BadInput("the signed gate results were not read", where=str(sealed.path))
+    try:
+        verdicts = recompute_verdicts(sealed)
+    except (ReproError, OSError, ValueError, KeyError) as error:
+        detail = error.diagnostics() if isinstance(error, ReproError) else repr(error)
+        return ClaimCheck(claim, EvidenceClass.SEALED, "unreadable", False, detail)
+    ours = gate_results_statement(integrity.digests, gate_outcome(verdicts)).predicate
+    theirs = stated.predicate
+    problems = [
+        f"{field}: the statement says {found!r}, recomputed {expected!r}"
+        for field, found, expected in (
+            ("result", theirs.result, ours.result),
+            ("passedTests", sorted(theirs.passed_tests), sorted(ours.passed_tests)),
+            ("failedTests", sorted(theirs.failed_tests), sorted(ours.failed_tests)),
+            ("warnedTests", sorted(theirs.warned_tests), sorted(ours.warned_tests)),
+        )
+        if found != expected
+    ]
+    problems += descriptor_differences(
+        ours.configuration, theirs.configuration, what="the sealed files"
+    )
+    return ClaimCheck(
+        claim,
+        EvidenceClass.SEALED,
+        f"{theirs.result}: {len(theirs.passed_tests)} passed, {len(theirs.failed_tests)} failed",
+        not problems,
+        _shown(problems),
+    )
+
+
+def _shown(problems: list[str]) -> str:
+    more = len(problems) - SHOWN_DIFFERENCES
+    return "; ".join(problems[:SHOWN_DIFFERENCES]) + (f"; and {more} more" if more > 0 else "")

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import hashlib
-import json
 import stat
 from pathlib import Path
 
@@ -11,6 +10,7 @@ import pytest
 from bundle_assets import EXAMPLE_KEY, EXAMPLE_PUB, REPO_ROOT
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ed25519, rsa
+from schemas import assert_valid
 
 from repro_serving.builder.cli import main
 from repro_serving.builder.errors import BadInput
@@ -28,7 +28,7 @@ def test_keygen_writes_a_private_key_readable_by_its_owner_only_and_a_public_key
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     assert main(["keygen", "--out", str(tmp_path / "signer"), "--json"]) == 0
-    report = json.loads(capsys.readouterr().out)
+    report = assert_valid("keygen", capsys.readouterr().out)
     private, public = tmp_path / "signer.key", tmp_path / "signer.pub"
     assert stat.S_IMODE(private.stat().st_mode) == 0o600
     assert stat.S_IMODE(public.stat().st_mode) == 0o644
@@ -36,6 +36,8 @@ def test_keygen_writes_a_private_key_readable_by_its_owner_only_and_a_public_key
     assert public.read_bytes().startswith(b"-----BEGIN PUBLIC KEY-----\n")
     assert report == {
         "version": 1,
+        "ok": True,
+        "error": None,
         "key_id": hashlib.sha256(_raw_public(public.read_bytes())).hexdigest(),
         "private_key": str(private),
         "public_key": str(public),

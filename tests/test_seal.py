@@ -3,6 +3,7 @@ replacement, and a process killed at every step leaving nothing that verifies at
 
 from __future__ import annotations
 
+import dataclasses
 import errno
 import json
 import os
@@ -26,11 +27,22 @@ from bundle_assets import (
 from repro_serving.builder.canonical import canonical_json
 from repro_serving.builder.errors import BadInput
 from repro_serving.builder.hashing import sha256_file
-from repro_serving.builder.sealing import atomic
+from repro_serving.builder.sealing import atomic, dsse
 from repro_serving.builder.sealing import seal as sealing
-from repro_serving.builder.sealing.bundle import ENVELOPE, LOCK, SHA256SUMS, STATEMENT
+from repro_serving.builder.sealing.bundle import (
+    ENVELOPE,
+    LOCK,
+    SHA256SUMS,
+    STATEMENT,
+    TEST_RESULT_ENVELOPE,
+)
 from repro_serving.builder.sealing.integrity import verify_bundle
-from repro_serving.builder.sealing.statement import Statement
+from repro_serving.builder.sealing.statement import (
+    GateOutcome,
+    GateResultsStatement,
+    ResourceDescriptor,
+    Statement,
+)
 
 SEALED_FILES = [
     "SHA256SUMS",
@@ -101,7 +113,7 @@ def test_the_statement_is_the_signed_payload_and_names_every_sealed_file(tmp_pat
     ]
     assert statement["predicate"] == {
         "buildDefinition": {
-            "buildType": "https://repro.dev/buildtypes/bundle/v1",
+            "buildType": "pkg:pypi/repro-serving#repro_serving/attestation/build-type-bundle-v1.md",
             "externalParameters": {
                 "bundle": BUNDLE_NAME,
                 "manifest": {
@@ -109,12 +121,81 @@ def test_the_statement_is_the_signed_payload_and_names_every_sealed_file(tmp_pat
                     "sha256": sha256_file(MANIFEST),
                 },
             },
+            "resolvedDependencies": [],
         },
         "runDetails": {
-            "builder": {"id": "https://repro.dev/builder/v1", "version": {"repro": "0.1.0"}}
+            "builder": {
+                "id": "pkg:pypi/repro-serving#repro_serving/attestation/builder-v1.md",
+                "version": {"repro": "0.1.0"},
+            }
         },
     }
     assert Statement.from_json(statement_bytes, where=STATEMENT).to_json() == statement_bytes
+
+
+DEPENDENCIES = (
+    ResourceDescriptor(
+        name="vllm", digest={"gitCommit": "e596ef1543466ae1a05e5bb8091f58872e2b18ba"}
+    ),
+    ResourceDescriptor(uri="pkg:pypi/torch@2.12.0%2Bxpu"),
+)
+OUTCOME = GateOutcome(passed=("exact_token_ids", "live_audit:start-1"), failed=("throughput",))
+
+
+def test_the_dependencies_given_are_the_statement_s_resolved_dependencies(tmp_path: Path) -> None:
+    given = dataclasses.replace(content(), dependencies=DEPENDENCIES)
+    (tmp_path / "repro").mkdir()
+    sealed = sealing.seal(given, example_key(), tmp_path / "repro")
+    statement = json.loads((sealed.path / STATEMENT).read_bytes())
+    assert statement["predicate"]["buildDefinition"]["resolvedDependencies"] == [
+        {"name": "vllm", "digest": {"gitCommit": "e596ef1543466ae1a05e5bb8091f58872e2b18ba"}},
+        {"uri": "pkg:pypi/torch@2.12.0%2Bxpu"},
+    ]
+    assert not (sealed.path / TEST_RESULT_ENVELOPE).exists(), "a bundle carries no test result"
+
+
+def test_a_sealed_run_carries_its_gates_as_a_signed_test_result_over_the_same_files(
+    tmp_path: Path,
+) -> None:
+    run = dataclasses.replace(content(), run=True, gates=OUTCOME)
+    (tmp_path / "repro").mkdir()
+    sealed = sealing.seal(run, example_key(), tmp_path / "repro")
+    statement = Statement.from_json((sealed.path / STATEMENT).read_bytes(), where=STATEMENT)
+    assert statement.sealed_run
+    envelope = dsse.Envelope.from_json((sealed.path / TEST_RESULT_ENVELOPE).read_bytes(), where="")
+    verified = dsse.verify(envelope, example_trust(), where="")
+    assert verified.payload_type == "application/vnd.in-toto+json"
+    results = GateResultsStatement.from_json(verified.payload, where="")
+    assert results.digests() == statement.digests() == dict(sealed.digests)
+    document = json.loads(verified.payload)
+    assert document["predicateType"] == "https://in-toto.io/attestation/test-result/v0.1"
+    assert document["predicate"] == {
+        "result": "FAILED",
+        "configuration": [
+            {"name": name, "digest": {"sha256": sha256_file(sealed.path / name)}}
+            for name in ("manifest.toml", "oracle/teacher-text-sha256-v1.json")
+        ],
+        "passedTests": ["exact_token_ids", "live_audit:start-1"],
+        "warnedTests": [],
+        "failedTests": ["throughput"],
+    }
+    assert verify_bundle(sealed.path, example_trust()).findings == ()
+    assert sorted(p.name for p in sealed.path.iterdir() if p.is_file()) == sorted(
+        [LOCK, "manifest.toml", SHA256SUMS, STATEMENT, ENVELOPE, TEST_RESULT_ENVELOPE]
+    )
+
+
+@pytest.mark.parametrize(("run", "gates"), [(True, None), (False, OUTCOME)], ids=["run", "bundle"])
+def test_gates_go_with_a_sealed_run_and_only_with_one(
+    tmp_path: Path, run: bool, gates: GateOutcome | None
+) -> None:
+    (tmp_path / "repro").mkdir()
+    with pytest.raises(BadInput) as refused:
+        sealing.seal(
+            dataclasses.replace(content(), run=run, gates=gates), example_key(), tmp_path / "repro"
+        )
+    assert refused.value.what == "a sealed run carries its gates' verdicts, and only a sealed run"
+    assert list((tmp_path / "repro").iterdir()) == []
 
 
 def test_sealing_the_same_files_with_the_same_key_gives_the_same_bytes(tmp_path: Path) -> None:

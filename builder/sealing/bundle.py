@@ -15,6 +15,8 @@ repro/<name>/
   SHA256SUMS             every file above: `sha256sum -c SHA256SUMS` passes inside the bundle
   statement.json         in-toto Statement: one subject per file above and SHA256SUMS
   statement.dsse.json    DSSE envelope whose payload is exactly the bytes of statement.json
+  test-result.dsse.json  a sealed run only: DSSE envelope of the in-toto test-result statement
+                         of its gates, over the same files as statement.json
 ```
 
 A path in a bundle is relative, written with `/`, in UTF-8, and has no empty, `.` or `..` part,
@@ -48,6 +50,8 @@ TEACHER_FILE = "teacher.json"
 SHA256SUMS = "SHA256SUMS"
 STATEMENT = "statement.json"
 ENVELOPE = "statement.dsse.json"
+TEST_RESULT_ENVELOPE = "test-result.dsse.json"
+"""A sealed run's gate verdicts as an in-toto test-result statement, signed like the statement."""
 LAUNCHER = "launch"
 """The bundle's own launcher, written executable."""
 README = "README.md"
@@ -62,8 +66,8 @@ CONTENT_DIRS = (ORACLE_DIR, EVIDENCE_DIR, KERNEL_SETS_DIR, TOOLS_DIR)
 """The directories whose files a build chooses; every other file of a bundle is named above."""
 TOP_CONTENT = (MANIFEST, LOCK, SHA256SUMS, LAUNCHER, README)
 """The files a bundle may hold at its top, beside the content directories and the seal files."""
-SEAL_FILES = (STATEMENT, ENVELOPE)
-"""The files that seal the others: the statement covers every file but these two."""
+SEAL_FILES = (STATEMENT, ENVELOPE, TEST_RESULT_ENVELOPE)
+"""The files that seal the others: the statements cover every file but these."""
 REQUIRED_CONTENT = (MANIFEST, LOCK)
 
 _SHA256_HEX = re.compile(r"[0-9a-f]{64}")

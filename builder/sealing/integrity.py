@@ -7,11 +7,19 @@ listed or an entry that cannot be looked at `NotObservable`. Every file is read 
 `builder.readers`, never through a symlink and within the limit of its kind; a file that is not
 sealed is reported by its name and its size alone, never opened.
 
-The order of trust: the DSSE envelope must verify against a trusted key;
-its payload is then the statement, and statement.json must be exactly those bytes; the signed
-statement must name this directory; each of its subjects must be a regular file on disk with
-its digest, and nothing else may be there; SHA256SUMS must list exactly the same digests.
-When the signature does not verify nothing else is compared: there is nothing to compare with.
+The order of trust: the DSSE envelope must verify against a trusted key (`builder.sealing.dsse`
+says which envelopes are read) and carry payloadType application/vnd.in-toto+json; its payload is
+then the statement (`builder.sealing.statement` says how it is read), and statement.json must be
+exactly those bytes; the signed statement must name this directory; each of its subjects must
+be a regular file on disk with its digest, and nothing else may be there; SHA256SUMS must list
+exactly the same digests. When the signature does not verify nothing else is compared: there is
+nothing to compare with.
+
+A sealed run (the statement's run build type) also carries test-result.dsse.json: an envelope
+verified the same way, whose payload is an in-toto test-result statement over exactly the
+statement's subjects; it is missing, unsigned or about other files: drift. A bundle holds none.
+What the statements say beyond the files (the lock's dependencies, the gates' verdicts) is
+recomputed by `builder.verify`, from the statements this report hands on.
 """
 
 from __future__ import annotations
@@ -40,12 +48,13 @@ from repro_serving.builder.sealing.bundle import (
     SEAL_FILES,
     SHA256SUMS,
     STATEMENT,
+    TEST_RESULT_ENVELOPE,
     content_path_problem,
     parse_sha256sums,
     path_problem,
 )
 from repro_serving.builder.sealing.keys import TrustedKeys
-from repro_serving.builder.sealing.statement import Statement
+from repro_serving.builder.sealing.statement import GateResultsStatement, Statement
 
 
 @dataclass(frozen=True)
@@ -58,6 +67,10 @@ class BundleReport:
     findings: tuple[Drift, ...]
     sealed_run: bool = False
     """The signed statement seals a replay's run directory, not a bundle made by `repro build`."""
+    statement: Statement | None = None
+    """The signed provenance statement; None when the signature did not hold."""
+    gate_results: GateResultsStatement | None = None
+    """A sealed run's signed test-result statement, when it holds."""
 
     @property
     def ok(self) -> bool:
@@ -104,9 +117,11 @@ def verify_bundle(bundle: Path, trusted: TrustedKeys) -> BundleReport:
     if signed is None:
         return BundleReport(bundle, (), MappingProxyType({}), (*scan.findings, *signature_findings))
     digests = signed.statement.digests()
+    gate_results, gate_findings = _gate_results(scan, signed.statement, trusted)
     findings = [
         *scan.findings,
         *_statement_file(scan, signed),
+        *gate_findings,
         *_bundle_name(bundle, signed.statement),
         *_layout(signed.statement),
         *_files(scan, digests),
@@ -118,6 +133,8 @@ def verify_bundle(bundle: Path, trusted: TrustedKeys) -> BundleReport:
         MappingProxyType(digests),
         tuple(findings),
         signed.statement.sealed_run,
+        signed.statement,
+        gate_results,
     )
 
 
@@ -224,37 +241,97 @@ def _signed_statement(scan: _Scan, trusted: TrustedKeys) -> tuple[_Signed | None
             )
         ]
     try:
-        data = read_bytes(
-            scan.files[ENVELOPE], limit=ENVELOPE_LIMIT, what=ENVELOPE, follow_symlinks=False
-        )
-        envelope = dsse.Envelope.from_json(data, where=ENVELOPE)
-        verified = dsse.verify(envelope, trusted, where=ENVELOPE)
+        verified = _verified(scan, ENVELOPE, trusted)
     except (BadInput, dsse.SignatureRefused) as error:
         return None, [
             _finding(DriftKind.SIGNATURE, error, "none of the bundle's files can be trusted")
         ]
     try:
-        statement = _statement_of(verified)
+        _check_type(verified, ENVELOPE)
+        statement = Statement.from_json(verified.payload, where=f"the payload of {ENVELOPE}")
     except BadInput as error:
         return None, [_finding(DriftKind.STATEMENT, error, "the signed payload seals nothing")]
     return _Signed(statement, verified.payload, verified.key_ids), []
 
 
-def _statement_of(verified: dsse.Verified) -> Statement:
+def _verified(scan: _Scan, name: str, trusted: TrustedKeys) -> dsse.Verified:
+    data = read_bytes(scan.files[name], limit=ENVELOPE_LIMIT, what=name, follow_symlinks=False)
+    return dsse.verify(dsse.Envelope.from_json(data, where=name), trusted, where=name)
+
+
+def _check_type(verified: dsse.Verified, name: str) -> None:
     if verified.payload_type != dsse.PAYLOAD_TYPE:
         raise BadInput(
             "the envelope does not carry an in-toto statement",
-            where=ENVELOPE,
+            where=name,
             expected=f"payloadType {dsse.PAYLOAD_TYPE}",
             found=f"payloadType {verified.payload_type}",
         )
-    return Statement.from_json(verified.payload, where=f"the payload of {ENVELOPE}")
 
 
-def _finding(kind: DriftKind, error: ReproError, consequence: str) -> Drift:
+def _gate_results(
+    scan: _Scan, statement: Statement, trusted: TrustedKeys
+) -> tuple[GateResultsStatement | None, list[Drift]]:
+    """A sealed run's signed test-result statement over the statement's own subjects, or why
+    there is none; a bundle's extra test-result envelope is reported, never read."""
+    present = TEST_RESULT_ENVELOPE in scan.files
+    if not statement.sealed_run:
+        if not present:
+            return None, []
+        size = scan.sizes[TEST_RESULT_ENVELOPE]
+        return None, [
+            Drift(
+                kind=DriftKind.EXTRA_FILE,
+                subject=TEST_RESULT_ENVELOPE,
+                expected="no such file",
+                observed=f"a file of {size} bytes",
+                why="only a sealed run carries the test results of its gates",
+            )
+        ]
+    if not present:
+        return None, [
+            Drift(
+                kind=DriftKind.MISSING_FILE,
+                subject=TEST_RESULT_ENVELOPE,
+                expected="a DSSE envelope of the run's gate results, signed by a trusted key",
+                observed="no such file",
+                why="a sealed run carries the test results of its gates",
+            )
+        ]
+    consequence = "the run's gate results cannot be trusted"
+    try:
+        verified = _verified(scan, TEST_RESULT_ENVELOPE, trusted)
+    except (BadInput, dsse.SignatureRefused) as error:
+        return None, [_finding(DriftKind.SIGNATURE, error, consequence, TEST_RESULT_ENVELOPE)]
+    try:
+        _check_type(verified, TEST_RESULT_ENVELOPE)
+        where = f"the payload of {TEST_RESULT_ENVELOPE}"
+        results = GateResultsStatement.from_json(verified.payload, where=where)
+    except BadInput as error:
+        return None, [_finding(DriftKind.STATEMENT, error, consequence, TEST_RESULT_ENVELOPE)]
+    ours, theirs = statement.digests(), results.digests()
+    if theirs == ours:
+        return results, []
+    differing = sorted(
+        name for name in ours.keys() | theirs.keys() if ours.get(name) != theirs.get(name)
+    )
+    return None, [
+        Drift(
+            kind=DriftKind.STATEMENT,
+            subject=TEST_RESULT_ENVELOPE,
+            expected=f"the {len(ours)} subjects of {ENVELOPE}",
+            observed=f"{len(differing)} subject(s) differ, first {differing[0]}",
+            why="the run's gate results are about other files than the run sealed",
+        )
+    ]
+
+
+def _finding(
+    kind: DriftKind, error: ReproError, consequence: str, subject: str = ENVELOPE
+) -> Drift:
     return Drift(
         kind=kind,
-        subject=ENVELOPE,
+        subject=subject,
         expected=error.expected or "a DSSE envelope of a repro statement, signed by a trusted key",
         observed=error.found or error.what,
         why=f"{error.what}: {consequence}",

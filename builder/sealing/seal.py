@@ -1,7 +1,9 @@
 """Sealing: write `repro/<name>/` from a manifest, a lock and evidence, signed, all or nothing.
 
 Everything is written into a temporary sibling `.<name>.sealing-*` in the same parent: the content
-files, SHA256SUMS, statement.json and, last, statement.dsse.json; each file and then each
+files, SHA256SUMS, for a sealed run test-result.dsse.json (its gates' verdicts as an in-toto
+test-result statement), statement.json and, last, statement.dsse.json (`builder.sealing.statement`
+says what each statement holds; both are signed by the same key); each file and then each
 directory is fsynced, the directory is renamed into place and the parent fsynced. A kill at any
 point leaves either no bundle or the previous one at the final path. A leftover temporary
 directory never verifies: the signed statement names the bundle, and its directory has another
@@ -47,13 +49,21 @@ from repro_serving.builder.sealing.bundle import (
     README,
     SHA256SUMS,
     STATEMENT,
+    TEST_RESULT_ENVELOPE,
     TOOLS_DIR,
     check_bundle_name,
     path_problem,
     render_sha256sums,
 )
 from repro_serving.builder.sealing.keys import SigningKey
-from repro_serving.builder.sealing.statement import BUILD_TYPE, RUN_BUILD_TYPE, statement_for
+from repro_serving.builder.sealing.statement import (
+    BUILD_TYPE,
+    RUN_BUILD_TYPE,
+    GateOutcome,
+    ResourceDescriptor,
+    gate_results_statement,
+    statement_for,
+)
 
 FILE_MODE = 0o644
 LAUNCHER_MODE = 0o755
@@ -100,6 +110,12 @@ class BundleContent:
     """Every bundle `repro build` seals has one; a sealed run has none."""
     run: bool = False
     """A replay's run directory, sealed by `repro launch` with the run build type."""
+    dependencies: tuple[ResourceDescriptor, ...] = ()
+    """What the build resolved, for the provenance: `statement.resolved_dependencies` of the
+    lock (`repro verify` recomputes it from the sealed lock and refuses any difference)."""
+    gates: GateOutcome | None = None
+    """A sealed run's gate verdicts, for its test-result statement; a sealed run has them, a
+    bundle none."""
 
 
 @dataclass(frozen=True)
@@ -107,7 +123,7 @@ class SealedBundle:
     path: Path
     key_id: str
     digests: Mapping[str, str]
-    """Every sealed path (all files but statement.json and statement.dsse.json) to its sha256."""
+    """Every sealed path (all files but the seal files, `bundle.SEAL_FILES`) to its sha256."""
 
 
 def seal(
@@ -122,6 +138,13 @@ def seal(
 
     `progress`, if given, is called after each step with what was done."""
     progress = progress or _no_progress
+    if content.run != (content.gates is not None):
+        raise BadInput(
+            "a sealed run carries its gates' verdicts, and only a sealed run",
+            where=content.name,
+            expected="gates with run, neither without",
+            found=f"run {content.run}, gates {content.gates is not None}",
+        )
     final = parent / check_bundle_name(content.name)
     check_destination(final, force=force)
     try:
@@ -235,8 +258,14 @@ def _write_bundle(
     digests = {path: sha256_file(workdir / path) for path in _files_below(workdir)}
     _write_file(workdir / SHA256SUMS, render_sha256sums(digests), progress, SHA256SUMS)
     digests[SHA256SUMS] = sha256_file(workdir / SHA256SUMS)
+    if content.gates is not None:
+        results = gate_results_statement(digests, content.gates).to_json()
+        envelope = dsse.sign(results, key).to_json()
+        _write_file(workdir / TEST_RESULT_ENVELOPE, envelope, progress, TEST_RESULT_ENVELOPE)
     build_type = RUN_BUILD_TYPE if content.run else BUILD_TYPE
-    statement = statement_for(content.name, content.manifest_source, digests, build_type).to_json()
+    statement = statement_for(
+        content.name, content.manifest_source, digests, build_type, content.dependencies
+    ).to_json()
     _write_file(workdir / STATEMENT, statement, progress, STATEMENT)
     envelope = dsse.sign(statement, key).to_json()
     _write_file(workdir / ENVELOPE, envelope, progress, ENVELOPE)
