@@ -144,14 +144,16 @@ def _report(
     expected: str | None = None,
     found: str | None = None,
 ) -> int:
-    """`code`, after the error's document on stdout when `--json` was asked."""
+    """`code`, after the error's document (`render.ErrorReport`) on stdout when `--json` was
+    asked."""
     if as_json:
-        from repro_serving.builder.render import (
-            write_json,  # rich and pydantic: only when a document is asked
-        )
+        # rich and pydantic: only when a document is asked
+        from repro_serving.builder.render import ErrorReport, ReportError, write_report
 
-        error = {"what": what, "where": where, "expected": expected, "found": found}
-        write_json({"ok": False, "error": {**error, "exit_code": int(code)}})
+        error = ReportError(
+            what=what, where=where, expected=expected, found=found, exit_code=int(code)
+        )
+        write_report(ErrorReport(error=error))
     return int(code)
 
 

@@ -5,21 +5,36 @@ known: `live` (observed by repro on the build host), `sealed` (recomputed offlin
 bundle's evidence by `repro verify`), `declared` (asserted by the manifest's author, not
 checked). Paths are in placeholder form (`{site}/torch/lib/libc10.so`,
 `{model.target}/config.json`), so the same bytes under another root verify and other bytes
-never do. This module owns the shapes; builders and verifiers fill and read them.
+never do. Host facts have one vocabulary, `HostFacts`, for built and imported locks alike: a
+key means the same in every lock, and a fact a lock does not state is absent (never null, which
+states "none"). This module owns the shapes, and the lock's JSON Schema (`schema_document`,
+shipped as builder/schemas/lock.v1.json); builders and verifiers fill and read them.
 """
 
 from __future__ import annotations
 
 from enum import StrEnum
-from typing import Any, Final, Literal
+from typing import Any, ClassVar, Final, Literal, Self
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    SerializerFunctionWrapHandler,
+    model_serializer,
+    model_validator,
+)
+from pydantic.json_schema import SkipJsonSchema
 
 from repro_serving.builder.canonical import canonical_json, parse_canonical
 from repro_serving.builder.documents import validate_document
 from repro_serving.builder.errors import BadInput
+from repro_serving.builder.manifest import Host
+from repro_serving.builder.schemadoc import schema_document as _schema_document
 
 LOCK_SCHEMA: Final = "repro.lock/v1"
+SCHEMA_FILE: Final = "lock.v1.json"
+"""The lock's JSON Schema, shipped in builder/schemas/ (`schema_document` makes it)."""
 
 
 class EvidenceClass(StrEnum):
@@ -29,7 +44,10 @@ class EvidenceClass(StrEnum):
 
 
 class _Frozen(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    # Every field is written (`Lock.to_bytes`), so the schema requires each, defaults too.
+    model_config = ConfigDict(
+        frozen=True, extra="forbid", json_schema_serialization_defaults_required=True
+    )
 
 
 class _Claim(_Frozen):
@@ -45,11 +63,121 @@ class BundleClaim(_Frozen):
     repro_version: str
 
 
+def _no_default(schema: dict[str, Any]) -> None:
+    schema.pop("default", None)
+
+
+def _unstated() -> Any:
+    """A fact's field: absent from the lock when not stated (no default shown in the schema)."""
+    return Field(default=None, json_schema_extra=_no_default)
+
+
+class _Stated(_Frozen):
+    """Facts of which a lock holds exactly those stated: a field never set is absent from the
+    JSON (not null), and a field set to null means "none" (no driver bound, no model name
+    given). Two sets of facts are equal when they state the same facts with the same values."""
+
+    # Not every field is written (the serializer drops unset ones): none is required.
+    model_config = ConfigDict(json_schema_serialization_defaults_required=False)
+
+    _NEVER_NULL: ClassVar[tuple[str, ...]] = ()
+    """The fields for which null has no meaning: a fact the host always has."""
+
+    @model_serializer(mode="wrap")
+    def _stated_only(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        document: dict[str, Any] = handler(self)
+        return {key: value for key, value in document.items() if key in self.model_fields_set}
+
+    @model_validator(mode="after")
+    def _no_null_where_none_has_no_meaning(self) -> Self:
+        stated_null = [
+            name
+            for name in self._NEVER_NULL
+            if name in self.model_fields_set and getattr(self, name) is None
+        ]
+        if stated_null:
+            raise ValueError(
+                f"{', '.join(stated_null)}: null, a fact that is stated or absent, never null"
+            )
+        return self
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, type(self)):
+            return NotImplemented
+        return self.model_dump(mode="json") == other.model_dump(mode="json")
+
+    def __hash__(self) -> int:
+        return hash(canonical_json(self.model_dump(mode="json")))
+
+
+class AcceleratorFacts(_Stated):
+    """One PCI accelerator (a display controller or processing accelerator of a compute
+    vendor): as `repro build` observed it in sysfs (every field but `name`, null where the host
+    has none), or as an imported record states it (only what it states)."""
+
+    _NEVER_NULL: ClassVar[tuple[str, ...]] = ("address", "vendor_device", "pci_class", "name")
+
+    address: str | SkipJsonSchema[None] = _unstated()
+    """Its PCI address, domain:bus:device.function (`0000:23:00.0`)."""
+    vendor_device: str | SkipJsonSchema[None] = _unstated()
+    """PCI vendor and device ids in lowercase hex (`8086:e223`)."""
+    pci_class: str | SkipJsonSchema[None] = _unstated()
+    """Its PCI class code as sysfs gives it (`0x030000`)."""
+    driver: str | None = _unstated()
+    """The kernel driver bound to it; null: none is bound."""
+    driver_version: str | None = _unstated()
+    """That driver module's version; null: no driver, or its module states none."""
+    name: str | SkipJsonSchema[None] = _unstated()
+    """The product name a record gives (`Intel(R) Arc(TM) Pro B70 Graphics`); sysfs has none,
+    so a built lock never states it."""
+
+    @property
+    def vendor(self) -> str | None:
+        return None if self.vendor_device is None else self.vendor_device.partition(":")[0]
+
+
+class HostFacts(_Stated):
+    """The one vocabulary of host facts, for built and imported locks alike: a key means the
+    same in every lock. A built lock states every fact `builder.observe.host` observes; an
+    imported one states only what the record's identity states, and the rest is absent."""
+
+    _NEVER_NULL: ClassVar[tuple[str, ...]] = (
+        "arch",
+        "os",
+        "os_release",
+        "kernel",
+        "cpu_flags",
+        "cpu_count",
+        "accelerators",
+    )
+
+    arch: str | SkipJsonSchema[None] = _unstated()
+    """The machine architecture, as `uname -m` names it (`x86_64`)."""
+    os: str | SkipJsonSchema[None] = _unstated()
+    """The operating system, as Python's `platform.system()` names it, lowercase (`linux`)."""
+    os_release: dict[str, str] | SkipJsonSchema[None] = _unstated()
+    """`/etc/os-release`, key to value; a record states its distribution's name alone, which is
+    the `PRETTY_NAME` of that file (`Ubuntu 24.04.4 LTS`)."""
+    kernel: str | SkipJsonSchema[None] = _unstated()
+    """The kernel release, as `uname -r` gives it."""
+    cpu_model: str | None = _unstated()
+    """The first processor's model name in `/proc/cpuinfo`; null: it gives none."""
+    cpu_flags: tuple[str, ...] | SkipJsonSchema[None] = _unstated()
+    """The first processor's flags in `/proc/cpuinfo`, sorted."""
+    cpu_count: int | SkipJsonSchema[None] = _unstated()
+    """Logical CPUs."""
+    memory_bytes: int | None = _unstated()
+    """`MemTotal` of `/proc/meminfo`, in bytes; null: it gives none."""
+    accelerators: tuple[AcceleratorFacts, ...] | SkipJsonSchema[None] = _unstated()
+    """Every PCI accelerator, in address order; empty: none."""
+
+
 class HostClaim(_Claim):
-    facts: dict[str, Any]
-    """The host observer's facts at build time (`builder.observe.host.HostFacts.to_json`)."""
-    enforced: dict[str, Any] = Field(default_factory=dict)
-    """The facts the manifest enforces, as it states them."""
+    facts: HostFacts
+    """The host the record ran on: observed by `repro build` (`live`), or as an imported
+    record's identity states it (`declared`)."""
+    enforced: Host = Host()
+    """The manifest's `[host]`: the facts it enforces, and those it only records."""
 
 
 class ModelClaim(_Claim):
@@ -197,7 +325,12 @@ class Lock(_Frozen):
     record: RecordClaim | None = None
     """Set for a bundle sealed from imported evidence (`[evidence]`)."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid", populate_by_name=True)
+    model_config = ConfigDict(
+        frozen=True,
+        extra="forbid",
+        populate_by_name=True,
+        json_schema_serialization_defaults_required=True,
+    )
 
     @classmethod
     def from_bytes(cls, data: bytes, *, where: str) -> Lock:
@@ -223,3 +356,8 @@ class Lock(_Frozen):
 
     def to_bytes(self) -> bytes:
         return canonical_json(self.model_dump(mode="json", by_alias=True))
+
+
+def schema_document() -> str:
+    """The text of the lock's JSON Schema (`SCHEMA_FILE`), from the models above."""
+    return _schema_document(Lock, title=LOCK_SCHEMA)

@@ -8,7 +8,6 @@ is a drift in the same report as every other, so a refusal lists everything miss
 
 from __future__ import annotations
 
-import json
 import os
 from dataclasses import dataclass
 from pathlib import Path
@@ -19,6 +18,7 @@ from repro_serving.builder.canonical import canonical_json
 from repro_serving.builder.documents import parse_document
 from repro_serving.builder.drift import Drift, DriftKind
 from repro_serving.builder.errors import NotObservable, ReproError
+from repro_serving.builder.lock import HostFacts as HostFactsClaim
 from repro_serving.builder.lock import WheelArtifact
 from repro_serving.builder.manifest import Manifest
 from repro_serving.builder.observe import host as host_observer
@@ -87,10 +87,9 @@ class ObservationsDocument(_Document):
         document["host"] = self.host.to_json()
         return canonical_json(document)
 
-    def host_facts(self) -> dict[str, object]:
-        """The host facts exactly as a lock records them (JSON types)."""
-        facts: dict[str, object] = json.loads(canonical_json(self.host.to_json()))
-        return facts
+    def host_facts(self) -> HostFactsClaim:
+        """The host facts exactly as a lock records them."""
+        return self.host.locked()
 
     @classmethod
     def from_bytes(cls, data: bytes, *, where: str) -> ObservationsDocument:

@@ -1,6 +1,9 @@
-"""Output for people and machines: rich tables on stdout, and versioned JSON.
+"""Output for people and machines: rich tables on stdout, and versioned JSON reports.
 
-Every `--json` document is an object whose first key is `"version": 1`; the CLI alone writes.
+Every `--json` document is a `Report`: an object whose first key is `"version": 1`, then `ok`
+(the command passed: exit code 0) and `error` (what stopped it, or null), then the body of the
+command's own report (`builder.commands.<command>.REPORT`); an error is the envelope alone,
+`ErrorReport`. Each report's JSON Schema is shipped in builder/schemas/. The CLI alone writes.
 """
 
 from __future__ import annotations
@@ -8,15 +11,71 @@ from __future__ import annotations
 import json
 import sys
 from collections.abc import Iterable, Mapping, Sequence
-from typing import Any
+from typing import Annotated, Any, Final, Literal
 
+from pydantic import BaseModel, ConfigDict, Field
 from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
 from repro_serving.builder.drift import Drift
+from repro_serving.builder.errors import ExitCode, ReproError
 
-JSON_VERSION = 1
+JSON_VERSION: Final = 1
+
+
+class Output(BaseModel):
+    """A part of a `--json` document: frozen, no key but its fields, and every field written,
+    so its schema requires each (a field with a default too)."""
+
+    model_config = ConfigDict(
+        frozen=True, extra="forbid", json_schema_serialization_defaults_required=True
+    )
+
+
+class ReportError(Output):
+    """What stopped a command: the sides of its refusal, and the exit code it returned."""
+
+    what: str
+    where: str | None
+    expected: str | None
+    found: str | None
+    exit_code: Annotated[int, Field(ge=ExitCode.CHECK_FAILED, le=ExitCode.NOT_OBSERVABLE)]
+    """1 interrupted, 2 bad input, 3 not observable or an internal error."""
+
+    @classmethod
+    def of(cls, error: ReproError) -> ReportError:
+        return cls(
+            what=error.what,
+            where=error.where,
+            expected=error.expected,
+            found=error.found,
+            exit_code=int(error.exit_code),
+        )
+
+
+class Report(Output):
+    """The envelope of every `--json` document; each command's report adds its body."""
+
+    version: Literal[1] = JSON_VERSION
+    ok: bool
+    """Whether the command passed: its exit code is 0."""
+    error: ReportError | None = None
+    """What stopped the command before it could finish (null when nothing did): bad input,
+    something that could not be observed, an interrupt, a run whose server did not start."""
+
+
+class ErrorReport(Report):
+    """The document of a command stopped by an error: the envelope, and no body."""
+
+    ok: Literal[False] = False
+    error: ReportError
+
+
+def write_report(report: Report) -> None:
+    """`report` on stdout: its fields in their order (`version` first), indented, UTF-8."""
+    document = report.model_dump(mode="json", by_alias=True)
+    sys.stdout.write(json.dumps(document, indent=2, ensure_ascii=False) + "\n")
 
 
 PIPE_WIDTH = 160

@@ -11,7 +11,6 @@ full path and on PATH.
 from __future__ import annotations
 
 import dataclasses
-import json
 import subprocess
 from collections.abc import Iterator
 from pathlib import Path
@@ -19,6 +18,7 @@ from typing import Any
 
 import pytest
 from conftest import SERVE_VENV, TINY_MANIFEST, TinyServer, tiny_server_spec
+from schemas import assert_valid
 
 from repro_serving.builder.cli import main
 from repro_serving.builder.native.dispatch import predict
@@ -34,7 +34,7 @@ ROLES = ["api_server", "engine_core", "resource_tracker", "worker"]
 
 def audit_json(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, dict[str, Any]]:
     code = main(["audit", *args, "--json"])
-    document: dict[str, Any] = json.loads(capsys.readouterr().out)
+    document: dict[str, Any] = assert_valid("audit", capsys.readouterr().out)
     return code, document
 
 

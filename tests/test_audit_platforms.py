@@ -8,7 +8,6 @@ repro audits it with and without the cuda platform set.
 from __future__ import annotations
 
 import dataclasses
-import json
 import shutil
 import subprocess
 import sys
@@ -16,6 +15,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from schemas import assert_valid
 
 from repro_serving.builder.cli import main
 from repro_serving.builder.hashing import sha256_file
@@ -49,7 +49,7 @@ def jit_process(tmp_path: Path) -> Iterator[tuple[int, Path]]:
 
 def audit(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, list[dict[str, str]]]:
     code = main(["audit", *args, "--json"])
-    drifts: list[dict[str, str]] = json.loads(capsys.readouterr().out)["drifts"]
+    drifts: list[dict[str, str]] = assert_valid("audit", capsys.readouterr().out)["drifts"]
     return code, drifts
 
 

@@ -16,7 +16,6 @@ torch's libgomp is declared.
 from __future__ import annotations
 
 import dataclasses
-import json
 import os
 import subprocess
 import sys
@@ -27,6 +26,7 @@ from typing import Any
 
 import pytest
 from conftest import SERVE_VENV, TinyServer, tiny_server_spec
+from schemas import assert_valid
 
 from repro_serving.builder.cli import main
 from repro_serving.builder.native.policy import default_roots
@@ -373,7 +373,7 @@ def started_both_ways(tmp_path: Path) -> Iterator[dict[str, int]]:
 
 def audit(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, dict[str, Any]]:
     code = main(["audit", *args, "--json"])
-    document: dict[str, Any] = json.loads(capsys.readouterr().out)
+    document: dict[str, Any] = assert_valid("audit", capsys.readouterr().out)
     return code, document
 
 

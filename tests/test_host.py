@@ -6,6 +6,7 @@ import json
 from pathlib import Path
 
 import pytest
+from schemas import assert_valid
 
 from repro_serving.builder.cli import main
 from repro_serving.builder.manifest import Host
@@ -77,9 +78,9 @@ def test_os_release_and_cpuinfo_parsing() -> None:
 
 def test_repro_host_json_carries_the_observed_facts(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["host", "--json"]) == 0
-    document = json.loads(capsys.readouterr().out)
+    document = assert_valid("host", capsys.readouterr().out)
     assert document["version"] == 1
-    assert document["host"] == json.loads(json.dumps(observe_host().to_json()))
+    assert document["host"] == observe_host().locked().model_dump(mode="json")
 
 
 def h200_facts() -> HostFacts:

@@ -26,6 +26,7 @@ from typing import Any
 import pytest
 from bundle_assets import BUNDLE_NAME, EXAMPLE_KEY, EXAMPLE_PUB, REPO_ROOT, example_key
 from bundle_assets import seal_example as seal_laguna_mini
+from schemas import assert_valid, assert_valid_error
 
 from repro_serving.builder import readers
 from repro_serving.builder.cli import main
@@ -63,7 +64,7 @@ def bundle(tmp_path: Path) -> Path:
 
 def reseal(bundle: Path) -> None:
     """Seal `bundle` again as it now is: SHA256SUMS, the statement and its envelope, signed with
-    the example key; the statement keeps the bundle's name and manifest source."""
+    the example key; the statement keeps the bundle's name, manifest source and dependencies."""
     old = Statement.from_json((bundle / STATEMENT).read_bytes(), where=STATEMENT)
     digests = {
         path.relative_to(bundle).as_posix(): sha256_file(path)
@@ -72,7 +73,9 @@ def reseal(bundle: Path) -> None:
     }
     (bundle / SHA256SUMS).write_bytes(render_sha256sums(digests))
     digests[SHA256SUMS] = sha256_file(bundle / SHA256SUMS)
-    statement = statement_for(old.bundle_name, old.manifest.path, digests).to_json()
+    statement = statement_for(
+        old.bundle_name, old.manifest.path, digests, dependencies=old.dependencies
+    ).to_json()
     (bundle / STATEMENT).write_bytes(statement)
     (bundle / ENVELOPE).write_bytes(dsse.sign(statement, example_key()).to_json())
 
@@ -102,7 +105,7 @@ def run_child(argv: Sequence[str]) -> tuple[int, str, str]:
 
 def error_document(out: str, code: int) -> dict[str, Any]:
     """The `--json` document of an error: version first, ok false, the error with its code."""
-    document: dict[str, Any] = json.loads(out)
+    document: dict[str, Any] = assert_valid_error(json.loads(out))
     assert list(document)[:2] == ["version", "ok"]
     assert (document["version"], document["ok"]) == (1, False)
     assert set(document["error"]) == {"what", "where", "expected", "found", "exit_code"}
@@ -233,7 +236,7 @@ def test_an_envelope_nested_100k_deep_is_refused_before_any_signature_check(bund
     """A tampered envelope is drift (exit 1), like any envelope that does not verify."""
     (bundle / ENVELOPE).write_bytes(b"{" * 100_000 + b"}" * 100_000)
     code, out, _ = run(verify_args(bundle, "--json"))
-    drifts = json.loads(out)["drifts"]
+    drifts = assert_valid("verify", out)["drifts"]
     assert code == 1
     assert [(d["kind"], d["subject"], d["observed"]) for d in drifts] == [
         ("signature", ENVELOPE, "100000 levels")
@@ -282,7 +285,7 @@ def test_sealed_evidence_nested_deep_or_type_confused_never_shows_a_traceback(
     code, out, err = run(verify_args(bundle, "--json"))
     assert code in (1, 2, 3), err
     if code == 1:
-        assert json.loads(out)["ok"] is False
+        assert assert_valid("verify", out)["ok"] is False
     else:
         error_document(out, code)
 
@@ -406,7 +409,7 @@ def test_an_extra_file_of_50_gb_is_reported_without_being_read(bundle: Path) -> 
     )
     child = json.loads(done.stdout)
     assert child["code"] == 1, child["err"]
-    drifts = json.loads(child["out"])["drifts"]
+    drifts = assert_valid("verify", child["out"])["drifts"]
     assert [(d["kind"], d["subject"], d["observed"]) for d in drifts] == [
         ("extra-file", "evidence/extra.bin", f"a file of {50 * 10**9} bytes")
     ]
@@ -442,7 +445,7 @@ def test_a_bundle_file_named_with_nel_or_rlo_is_drift_naming_the_code_point(
 ) -> None:
     (bundle / "evidence" / f"server{char}gol.txt").write_bytes(b"")
     code, out, _ = run(verify_args(bundle, "--json"))
-    drifts = json.loads(out)["drifts"]
+    drifts = assert_valid("verify", out)["drifts"]
     assert code == 1
     assert [(d["kind"], d["observed"].rsplit(" ", 1)[-1]) for d in drifts] == [
         ("unsafe-path", code_point)

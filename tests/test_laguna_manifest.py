@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from schemas import assert_valid
 
 from repro_serving.builder.cli import main
 from repro_serving.builder.commands.check import plan
@@ -61,7 +62,7 @@ def test_repro_check_passes_and_prints_the_plan(monkeypatch: pytest.MonkeyPatch)
     with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
         code = main(["check", str(MANIFEST), "--json"])
     assert (code, err.getvalue()) == (0, "")
-    plan = json.loads(out.getvalue())["plan"]
+    plan = assert_valid("check", out.getvalue())["plan"]
     assert [(m["role"], m["files"]) for m in plan["models"]] == [("target", 27), ("draft", 5)]
     assert plan["native"]["kernel_sets"] == ["xpu", "laguna-b70"]
     assert [pin["kind"] for pin in plan["native"]["kernel_pins"]] == (

@@ -1,14 +1,16 @@
-"""Arguments and output several commands share: output directories and a verification report
-(the keys are `_keys`')."""
+"""Arguments and output several commands share: output directories, a verification report and
+a refusal listing drifts, for people and as `--json` (the keys are `_keys`')."""
 
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import Literal, Self
 
+from repro_serving.builder.drift import Drift
 from repro_serving.builder.errors import BadInput, NotObservable
+from repro_serving.builder.lock import EvidenceClass
 from repro_serving.builder.readers import describe_mode
-from repro_serving.builder.render import console, drift_table, table
+from repro_serving.builder.render import Output, Report, console, drift_table, table
 from repro_serving.builder.verify import VerifyReport
 
 
@@ -46,24 +48,53 @@ def output_directory(path: Path, *, option: str) -> Path:
     return path
 
 
-def report_document(report: VerifyReport) -> dict[str, Any]:
-    return {
-        "bundle": str(report.bundle),
-        "ok": report.ok,
-        "signed_by": list(report.key_ids),
-        "claims": [
-            {
-                "claim": c.claim,
-                "evidence": c.evidence.value,
-                "value": c.value,
-                "ok": c.ok,
-                "detail": c.detail,
-            }
-            for c in report.checks
-        ],
-        "drifts": [d.model_dump(mode="json") for d in report.findings],
-        "stopped": report.stopped or None,
-    }
+class ClaimOutput(Output):
+    """One claim of the lock, recomputed, with its evidence class."""
+
+    claim: str
+    evidence: EvidenceClass
+    value: str
+    """The value a person checks."""
+    ok: bool
+    detail: str
+    """Why it failed, or what it leaves unchecked."""
+
+
+class Verification(Output):
+    """A bundle verified (`builder.verify`): its signers, every claim recomputed, every drift."""
+
+    bundle: str
+    ok: bool
+    """No drift, and every claim holds."""
+    signed_by: tuple[str, ...]
+    """The id of each trusted key whose signature holds."""
+    claims: tuple[ClaimOutput, ...]
+    drifts: tuple[Drift, ...]
+    stopped: str | None
+    """Why `--host` observed no more than it did (a host that selects other code), or null."""
+
+    @classmethod
+    def of(cls, report: VerifyReport) -> Self:
+        return cls(
+            bundle=str(report.bundle),
+            ok=report.ok,
+            signed_by=report.key_ids,
+            claims=tuple(
+                ClaimOutput(
+                    claim=c.claim, evidence=c.evidence, value=c.value, ok=c.ok, detail=c.detail
+                )
+                for c in report.checks
+            ),
+            drifts=report.findings,
+            stopped=report.stopped or None,
+        )
+
+
+class RefusedOutput(Report):
+    """A build refused before anything was sealed: every drift at once."""
+
+    ok: Literal[False] = False
+    drifts: tuple[Drift, ...]
 
 
 def print_report(report: VerifyReport) -> None:

@@ -17,7 +17,7 @@ from pathlib import Path
 from repro_serving.builder.errors import BadInput, ExitCode
 from repro_serving.builder.manifest import Manifest
 from repro_serving.builder.native.audit import AuditReport
-from repro_serving.builder.native.auditreport import print_report, report_document
+from repro_serving.builder.native.auditreport import AuditDocument, print_report
 from repro_serving.builder.native.loaderhost import host_config
 from repro_serving.builder.native.policy import (
     DefaultRoots,
@@ -30,7 +30,15 @@ from repro_serving.builder.native.policy import (
 from repro_serving.builder.native.processes import pid_listening_on
 from repro_serving.builder.observe.host import observe_host
 from repro_serving.builder.progress import showing
-from repro_serving.builder.render import console, table, write_json
+from repro_serving.builder.render import Report, console, table, write_report
+
+
+class AuditOutput(AuditDocument, Report):
+    """`repro audit --json`: the envelope (`ok`: no drift), then the audit as a run seals it."""
+
+
+REPORT = AuditOutput
+"""The document `--json` prints (its schema: `repro schema audit`)."""
 
 
 def configure_parser(parser: argparse.ArgumentParser) -> None:
@@ -120,7 +128,8 @@ def audit(args: argparse.Namespace) -> Audit:
 def execute(args: argparse.Namespace) -> int:
     done = audit(args)
     if args.json:
-        write_json(report_document(done.report))
+        document = AuditDocument.of(done.report)
+        write_report(AuditOutput(ok=done.report.passed, **dict(document)))
     else:
         if done.defaults is not None:
             print_environments(done.defaults)

@@ -10,14 +10,28 @@ from __future__ import annotations
 import argparse
 import tempfile
 from pathlib import Path
+from typing import Literal
 
 from repro_serving.builder.build import BuildRefused, build
 from repro_serving.builder.commands._keys import add_signing_key_argument, required_signing_key_path
-from repro_serving.builder.commands._shared import output_directory
+from repro_serving.builder.commands._shared import RefusedOutput, output_directory
 from repro_serving.builder.errors import ExitCode
 from repro_serving.builder.progress import say
-from repro_serving.builder.render import console, drift_table, write_json
+from repro_serving.builder.render import Report, console, drift_table, write_report
 from repro_serving.builder.sealing.keys import SigningKey
+
+
+class SealedOutput(Report):
+    """A bundle sealed: where, and by which key."""
+
+    ok: Literal[True] = True
+    bundle: str
+    key_id: str
+    """The sha256 of the raw Ed25519 public key that signed it."""
+
+
+REPORT = SealedOutput | RefusedOutput
+"""The document `--json` prints (its schema: `repro schema build`)."""
 
 
 def configure_parser(parser: argparse.ArgumentParser) -> None:
@@ -38,12 +52,12 @@ def execute(args: argparse.Namespace) -> int:
         result = build(args.manifest, key, args.out, run_dir, force=args.force, progress=progress)
     except BuildRefused as refused:
         if args.json:
-            write_json({"ok": False, "drifts": [d.model_dump(mode="json") for d in refused.drifts]})
+            write_report(RefusedOutput(drifts=tuple(refused.drifts)))
         else:
             console().print(drift_table(refused.drifts, refused.what))
         return int(ExitCode.CHECK_FAILED)
     if args.json:
-        write_json({"ok": True, "bundle": str(result.sealed.path), "key_id": result.sealed.key_id})
+        write_report(SealedOutput(bundle=str(result.sealed.path), key_id=result.sealed.key_id))
     else:
         console().print(f"sealed {result.sealed.path} (key {result.sealed.key_id[:16]})")
     return int(ExitCode.PASS)

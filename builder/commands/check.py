@@ -10,15 +10,169 @@ from __future__ import annotations
 import argparse
 import shlex
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
+from pydantic import JsonValue
 from rich.markup import escape
 from rich.table import Table
 
 from repro_serving.builder.errors import BadInput, ExitCode
-from repro_serving.builder.manifest import Gates, LogMarker, Manifest, Suite
+from repro_serving.builder.manifest import (
+    Accelerator,
+    Bundle,
+    Gates,
+    HostFact,
+    Launch,
+    LogMarker,
+    Manifest,
+    Suite,
+)
 from repro_serving.builder.native.kernels import KernelSet
-from repro_serving.builder.render import console, table, write_json
+from repro_serving.builder.render import Output, Report, console, table, write_report
+
+
+class EnforcedHost(Output):
+    """The host facts a build enforces; null (or empty): not enforced."""
+
+    arch: str | None
+    os: str | None
+    os_release: str | None
+    kernel: str | None
+    accelerators: tuple[Accelerator, ...]
+    drivers: dict[str, str]
+
+
+class HostPlan(Output):
+    enforce: EnforcedHost
+    record: tuple[HostFact, ...]
+    """Facts only recorded, never enforced."""
+
+
+class PackagePlan(Output):
+    name: str
+    version: str
+    source: str | None
+    """The `[[source]]` it is installed from, editable, or null."""
+
+
+class PythonPlan(Output):
+    interpreter: str
+    venv: str
+    check_record: bool
+    packages: tuple[PackagePlan, ...]
+
+
+class ModelPlan(Output):
+    role: str
+    repo: str
+    revision: str
+    directory: str
+    files: int
+    """How many release files are pinned."""
+
+
+class SourcePlan(Output):
+    name: str
+    path: str
+    commit: str
+    clean: bool
+    patches: tuple[str, ...]
+
+
+class KernelPin(Output):
+    """A file a kernel set pins, with its bytes."""
+
+    set: str
+    kind: Literal["module", "library", "external (declared)", "external (drift when mapped)"]
+    path: str
+    sha256: str
+
+
+class KernelMarkerPlan(Output):
+    set: str
+    marker: str
+    checks: str
+
+
+class NativePlan(Output):
+    modules: tuple[str, ...]
+    kernel_sets: tuple[str, ...]
+    kernel_pins: tuple[KernelPin, ...]
+    kernel_markers: tuple[KernelMarkerPlan, ...]
+    allowed_roots: tuple[str, ...]
+    allowed_mappings: tuple[str, ...]
+    preload: tuple[str, ...]
+    forbidden_env: tuple[str, ...]
+
+
+class SuitePlan(Output):
+    path: str
+    name: str
+    api: str
+    prompts: int
+    max_tokens: int
+    seed: int
+    temperature: float | None
+    replayable: bool
+    """Whether the suite carries its prompts' texts and a temperature, so a run can ask it."""
+
+
+class GatePlan(Output):
+    gate: str
+    checks: str
+
+
+class QualityPlan(Output):
+    check: str
+    kind: str
+    prompts: tuple[str, ...] | Literal["all"]
+
+
+class OraclePlan(Output):
+    suite: SuitePlan
+    teacher: str
+    chat_template_kwargs: dict[str, JsonValue]
+    gates: tuple[GatePlan, ...]
+    quality: tuple[QualityPlan, ...]
+
+
+class EvidencePlan(Output):
+    """The imported record's files, resolved against the manifest's directory."""
+
+    run: str
+    teacher_tokens: str
+    teacher_texts: str
+    identity: str | None
+    model_files: str | None
+    files: tuple[str, ...]
+    checksums: tuple[str, ...]
+
+
+class Plan(Output):
+    """What a build of the manifest pins and checks, section by section."""
+
+    bundle: Bundle
+    host: HostPlan
+    python: PythonPlan
+    models: tuple[ModelPlan, ...]
+    sources: tuple[SourcePlan, ...]
+    native: NativePlan
+    launch: Launch
+    oracle: OraclePlan
+    evidence: EvidencePlan | None
+    """Null unless the manifest imports a record (`[evidence]`)."""
+
+
+class CheckOutput(Report):
+    """`repro check --json`: the manifest is valid, and its plan."""
+
+    ok: Literal[True] = True
+    manifest: str
+    plan: Plan
+
+
+REPORT = CheckOutput
+"""The document `--json` prints (its schema: `repro schema check`)."""
 
 
 def configure_parser(parser: argparse.ArgumentParser) -> None:
@@ -31,82 +185,96 @@ def execute(args: argparse.Namespace) -> int:
     suite = manifest.load_suite()
     document = plan(manifest, suite)
     if args.json:
-        write_json({"manifest": str(args.manifest), "plan": document})
+        write_report(CheckOutput(manifest=str(args.manifest), plan=document))
     else:
         print_plan(str(args.manifest), document)
     return ExitCode.PASS
 
 
-def plan(manifest: Manifest, suite: Suite) -> dict[str, Any]:
-    """What a build of `manifest` pins and checks, section by section, as plain data."""
-    return {
-        "bundle": manifest.bundle.model_dump(mode="json"),
-        "host": _host(manifest),
-        "python": _python(manifest),
-        "models": _models(manifest),
-        "sources": _sources(manifest),
-        "native": _native(manifest),
-        "launch": _launch(manifest),
-        "oracle": _oracle(manifest, suite),
-        **({} if manifest.evidence is None else {"evidence": _evidence(manifest)}),
-    }
+def plan(manifest: Manifest, suite: Suite) -> Plan:
+    """What a build of `manifest` pins and checks, section by section."""
+    return Plan(
+        bundle=manifest.bundle,
+        host=_host(manifest),
+        python=_python(manifest),
+        models=_models(manifest),
+        sources=_sources(manifest),
+        native=_native(manifest),
+        launch=manifest.launch,
+        oracle=_oracle(manifest, suite),
+        evidence=None if manifest.evidence is None else _evidence(manifest),
+    )
 
 
-def _evidence(manifest: Manifest) -> dict[str, Any]:
+def _evidence(manifest: Manifest) -> EvidencePlan:
     """The imported record's files, resolved against the manifest's directory."""
-    assert manifest.evidence is not None
-    paths = manifest.evidence.model_dump(exclude_none=True)
-    return {
-        key: [str(manifest.resolve(p)) for p in path]
-        if isinstance(path, list | tuple)
-        else str(manifest.resolve(path))
-        for key, path in paths.items()
-    }
+    evidence = manifest.evidence
+    assert evidence is not None
+
+    def resolved(path: str | None) -> str | None:
+        return None if path is None else str(manifest.resolve(path))
+
+    return EvidencePlan(
+        run=str(manifest.resolve(evidence.run)),
+        teacher_tokens=str(manifest.resolve(evidence.teacher_tokens)),
+        teacher_texts=str(manifest.resolve(evidence.teacher_texts)),
+        identity=resolved(evidence.identity),
+        model_files=resolved(evidence.model_files),
+        files=tuple(str(manifest.resolve(p)) for p in evidence.files),
+        checksums=tuple(str(manifest.resolve(p)) for p in evidence.checksums),
+    )
 
 
-def _host(manifest: Manifest) -> dict[str, Any]:
-    host = manifest.host.model_dump(mode="json", exclude_defaults=True)
-    record = host.pop("record", [])
-    return {"enforce": host, "record": record}
+def _host(manifest: Manifest) -> HostPlan:
+    host = manifest.host
+    enforce = EnforcedHost(
+        arch=host.arch,
+        os=host.os,
+        os_release=host.os_release,
+        kernel=host.kernel,
+        accelerators=host.accelerators,
+        drivers=host.drivers,
+    )
+    return HostPlan(enforce=enforce, record=host.record)
 
 
-def _python(manifest: Manifest) -> dict[str, Any]:
+def _python(manifest: Manifest) -> PythonPlan:
     python = manifest.python
-    return {
-        "interpreter": python.interpreter,
-        "venv": str(manifest.resolve(python.venv)),
-        "check_record": python.check_record,
-        "packages": [
-            {"name": name, "version": package.pinned, "source": package.source}
+    return PythonPlan(
+        interpreter=python.interpreter,
+        venv=str(manifest.resolve(python.venv)),
+        check_record=python.check_record,
+        packages=tuple(
+            PackagePlan(name=name, version=package.pinned, source=package.source)
             for name, package in python.packages.items()
-        ],
-    }
+        ),
+    )
 
 
-def _models(manifest: Manifest) -> list[dict[str, Any]]:
-    return [
-        {
-            "role": model.role,
-            "repo": model.repo,
-            "revision": model.revision,
-            "directory": str(model.directory(manifest.resolve("."))),
-            "files": len(model.files),
-        }
+def _models(manifest: Manifest) -> tuple[ModelPlan, ...]:
+    return tuple(
+        ModelPlan(
+            role=model.role,
+            repo=model.repo,
+            revision=model.revision,
+            directory=str(model.directory(manifest.resolve("."))),
+            files=len(model.files),
+        )
         for model in manifest.models
-    ]
+    )
 
 
-def _sources(manifest: Manifest) -> list[dict[str, Any]]:
-    return [
-        {
-            "name": source.name,
-            "path": str(manifest.resolve(source.path)),
-            "commit": source.commit,
-            "clean": source.clean,
-            "patches": [str(manifest.resolve(patch.path)) for patch in source.patches],
-        }
+def _sources(manifest: Manifest) -> tuple[SourcePlan, ...]:
+    return tuple(
+        SourcePlan(
+            name=source.name,
+            path=str(manifest.resolve(source.path)),
+            commit=source.commit,
+            clean=source.clean,
+            patches=tuple(str(manifest.resolve(patch.path)) for patch in source.patches),
+        )
         for source in manifest.sources
-    ]
+    )
 
 
 def _kernel_set(manifest: Manifest, index: int, name: str) -> KernelSet:
@@ -135,72 +303,70 @@ def _kernel_set(manifest: Manifest, index: int, name: str) -> KernelSet:
     return kernel_set
 
 
-def _kernel_pins(kernel_set: KernelSet) -> list[dict[str, Any]]:
+def _kernel_pins(kernel_set: KernelSet) -> list[KernelPin]:
     """What a kernel set pins: each module, library and external origin with its bytes."""
-    pins: list[dict[str, Any]] = [
-        {"set": kernel_set.name, "kind": "module", "path": m.path, "sha256": m.sha256}
+    pins = [
+        KernelPin(set=kernel_set.name, kind="module", path=m.path, sha256=m.sha256)
         for m in kernel_set.modules
     ]
     pins += [
-        {"set": kernel_set.name, "kind": "library", "path": lib.path, "sha256": lib.sha256}
+        KernelPin(set=kernel_set.name, kind="library", path=lib.path, sha256=lib.sha256)
         for lib in kernel_set.libraries
     ]
     pins += [
-        {
-            "set": kernel_set.name,
-            "kind": "external (declared)" if e.declared else "external (drift when mapped)",
-            "path": e.path,
-            "sha256": e.sha256,
-        }
+        KernelPin(
+            set=kernel_set.name,
+            kind="external (declared)" if e.declared else "external (drift when mapped)",
+            path=e.path,
+            sha256=e.sha256,
+        )
         for e in kernel_set.external
     ]
     return pins
 
 
-def _native(manifest: Manifest) -> dict[str, Any]:
+def _native(manifest: Manifest) -> NativePlan:
     native = manifest.native
     sets = [_kernel_set(manifest, i, name) for i, name in enumerate(native.kernel_sets)]
-    return {
-        "modules": list(native.modules),
-        "kernel_sets": [kernel_set.name for kernel_set in sets],
-        "kernel_pins": [pin for kernel_set in sets for pin in _kernel_pins(kernel_set)],
-        "kernel_markers": [
-            {"set": kernel_set.name, "marker": marker.name, "checks": _marker_check(marker)}
+    return NativePlan(
+        modules=tuple(native.modules),
+        kernel_sets=tuple(kernel_set.name for kernel_set in sets),
+        kernel_pins=tuple(pin for kernel_set in sets for pin in _kernel_pins(kernel_set)),
+        kernel_markers=tuple(
+            KernelMarkerPlan(set=kernel_set.name, marker=marker.name, checks=_marker_check(marker))
             for kernel_set in sets
             for marker in kernel_set.markers
-        ],
-        "allowed_roots": list(native.allowed_roots),
-        "allowed_mappings": list(native.allowed_mappings),
-        "preload": list(native.preload),
-        "forbidden_env": list(native.forbidden_environment),
-    }
+        ),
+        allowed_roots=tuple(native.allowed_roots),
+        allowed_mappings=tuple(native.allowed_mappings),
+        preload=tuple(native.preload),
+        forbidden_env=tuple(native.forbidden_environment),
+    )
 
 
-def _launch(manifest: Manifest) -> dict[str, Any]:
-    return manifest.launch.model_dump(mode="json")
-
-
-def _oracle(manifest: Manifest, suite: Suite) -> dict[str, Any]:
+def _oracle(manifest: Manifest, suite: Suite) -> OraclePlan:
     oracle = manifest.oracle
-    return {
-        "suite": {
-            "path": str(manifest.resolve(oracle.suite)),
-            "name": suite.name,
-            "api": suite.api,
-            "prompts": len(suite.prompts),
-            "max_tokens": suite.max_tokens,
-            "seed": suite.seed,
-            "temperature": suite.temperature,
-            "replayable": suite.replayable,
-        },
-        "teacher": oracle.teacher,
-        "chat_template_kwargs": oracle.chat_template_kwargs,
-        "gates": [{"gate": gate, "checks": checks} for gate, checks in gate_checks(oracle.gates)],
-        "quality": [
-            {"check": check.name, "kind": check.kind, "prompts": list(check.prompts) or "all"}
+    return OraclePlan(
+        suite=SuitePlan(
+            path=str(manifest.resolve(oracle.suite)),
+            name=suite.name,
+            api=suite.api,
+            prompts=len(suite.prompts),
+            max_tokens=suite.max_tokens,
+            seed=suite.seed,
+            temperature=suite.temperature,
+            replayable=suite.replayable,
+        ),
+        teacher=oracle.teacher,
+        chat_template_kwargs=oracle.chat_template_kwargs,
+        gates=tuple(
+            GatePlan(gate=gate, checks=checks) for gate, checks in gate_checks(oracle.gates)
+        ),
+        quality=tuple(
+            QualityPlan(check=check.name, kind=check.kind, prompts=tuple(check.prompts) or "all")
             for check in oracle.quality
-        ],
-    }
+        ),
+    )
 
 
 def gate_checks(gates: Gates) -> list[tuple[str, str]]:
@@ -254,10 +420,12 @@ def _marker_check(marker: LogMarker) -> str:
     return f"/{marker.pattern}/ per rank /{marker.rank_pattern}/ exactly {counts}"
 
 
-def print_plan(source: str, document: dict[str, Any]) -> None:
+def print_plan(source: str, document: Plan) -> None:
     out = console()
-    out.print(escape(f"{source}: valid manifest of bundle {document['bundle']['name']}"))
-    for title, section in document.items():
+    out.print(escape(f"{source}: valid manifest of bundle {document.bundle.name}"))
+    for title, section in document.model_dump(mode="json").items():
+        if section is None:
+            continue  # a section the manifest does not have ([evidence])
         for rendered in _tables(title, section):
             out.print(rendered)
 
@@ -296,10 +464,10 @@ def _flatten(section: dict[str, Any], prefix: str) -> list[tuple[str, Any]]:
 
 
 def _cell(value: Any) -> str:
+    if value is None or value in ("", [], {}):
+        return "-"
     if isinstance(value, list):
         return escape(shlex.join(str(item) for item in value))
     if isinstance(value, dict):
         return escape(", ".join(f"{key}: {item}" for key, item in value.items()))
-    if value is None or value in ("", [], {}):
-        return "-"
     return escape(str(value))

@@ -32,6 +32,16 @@ from repro_serving.builder.native.loaderhost import (
 _BRANCH, _LAST, _PIPE, _SPACE = "├── ", "└── ", "│   ", "    "
 
 
+def __getattr__(name: str) -> Any:
+    """`REPORT`, the document `--json` prints (its schema: `repro schema closure`), imported
+    when asked for: a plain run of this command imports no pydantic."""
+    if name == "REPORT":
+        from repro_serving.builder.commands._closure_output import ClosureOutput
+
+        return ClosureOutput
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
 def configure_parser(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("files", nargs="+", metavar="FILE", help="executable or shared object")
     parser.add_argument("--json", action="store_true", help="versioned JSON on stdout")
@@ -65,11 +75,11 @@ def execute(args: argparse.Namespace) -> int:
             for path in args.files
         ]
     if args.json:
-        from repro_serving.builder.render import (
-            write_json,  # rich and pydantic: only when a document is asked
-        )
+        # rich and pydantic: only when a document is asked
+        from repro_serving.builder.commands._closure_output import ClosureOutput
+        from repro_serving.builder.render import write_report
 
-        write_json({"files": [_file_json(path, c) for path, c in closures]})
+        write_report(ClosureOutput.of(closures))
     else:
         sys.stdout.write("".join(_tree(path, c) for path, c in closures))
     return 1 if any(c.failures for _, c in closures) else 0
@@ -102,35 +112,6 @@ def _environment(args: argparse.Namespace) -> dict[str, str]:
     if args.ld_preload is not None:
         env["LD_PRELOAD"] = args.ld_preload
     return env
-
-
-def _file_json(path: str, closure: Closure) -> dict[str, Any]:
-    return {
-        "file": path,
-        "ok": not closure.failures,
-        "order": [
-            {"path": o.path, "file_id": list(o.file_id) if o.file_id else None}
-            for o in closure.order
-        ],
-        "libraries": [_resolution_json(r) for r in closure.resolutions],
-    }
-
-
-def _resolution_json(resolution: Resolution) -> dict[str, Any]:
-    return {
-        "need": resolution.need,
-        "requester": resolution.requester,
-        "outcome": resolution.outcome.value,
-        "path": resolution.path,
-        "reason": resolution.reason,
-        "directory": resolution.directory,
-        "element": resolution.element,
-        "file_id": list(resolution.file_id) if resolution.file_id else None,
-        "newly_loaded": resolution.newly_loaded,
-        "searched": [
-            {"path": c.path, "source": c.source, "result": c.result} for c in resolution.searched
-        ],
-    }
 
 
 def _tree(path: str, closure: Closure) -> str:

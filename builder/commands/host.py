@@ -1,17 +1,31 @@
 """This host's facts: OS, kernel, CPU, memory and every accelerator on its PCI bus.
 
 `repro host` prints what the host observer sees, the same facts `repro build` records and
-`repro verify --host` compares; an accelerator is read from sysfs (PCI class, vendor:device,
-address, bound driver and its module version), never from a vendor tool.
+`repro verify --host` compares (`--json`: in the lock's vocabulary, `builder.lock.HostFacts`);
+an accelerator is read from sysfs (PCI class, vendor:device, address, bound driver and its
+module version), never from a vendor tool.
 """
 
 from __future__ import annotations
 
 import argparse
+from typing import Literal
 
+from repro_serving.builder import lock
 from repro_serving.builder.errors import ExitCode
 from repro_serving.builder.observe.host import Accelerator, HostFacts, observe_host
-from repro_serving.builder.render import console, table, write_json
+from repro_serving.builder.render import Report, console, table, write_report
+
+
+class HostOutput(Report):
+    """`repro host --json`: this host's facts, as a built lock states them."""
+
+    ok: Literal[True] = True
+    host: lock.HostFacts
+
+
+REPORT = HostOutput
+"""The document `--json` prints (its schema: `repro schema host`)."""
 
 
 def configure_parser(parser: argparse.ArgumentParser) -> None:
@@ -21,7 +35,7 @@ def configure_parser(parser: argparse.ArgumentParser) -> None:
 def execute(args: argparse.Namespace) -> int:
     facts = observe_host()
     if args.json:
-        write_json({"host": facts.to_json()})
+        write_report(HostOutput(host=facts.locked()))
     else:
         _print(facts)
     return int(ExitCode.PASS)

@@ -8,10 +8,25 @@ are never overwritten. The key id printed is the sha256 of the raw public key.
 from __future__ import annotations
 
 import argparse
+from typing import Literal
 
 from repro_serving.builder.errors import ExitCode
-from repro_serving.builder.render import console, write_json
+from repro_serving.builder.render import Report, console, write_report
 from repro_serving.builder.sealing.keys import key_pair_paths, key_prefix, write_key_pair
+
+
+class KeygenOutput(Report):
+    """`repro keygen --json`: the key pair written."""
+
+    ok: Literal[True] = True
+    key_id: str
+    """The sha256 of the raw Ed25519 public key."""
+    private_key: str
+    public_key: str
+
+
+REPORT = KeygenOutput
+"""The document `--json` prints (its schema: `repro schema keygen`)."""
 
 
 def configure_parser(parser: argparse.ArgumentParser) -> None:
@@ -29,12 +44,10 @@ def execute(args: argparse.Namespace) -> int:
     key = write_key_pair(prefix)
     private_path, public_path = key_pair_paths(prefix)
     if args.json:
-        write_json(
-            {
-                "key_id": key.key_id,
-                "private_key": str(private_path),
-                "public_key": str(public_path),
-            }
+        write_report(
+            KeygenOutput(
+                key_id=key.key_id, private_key=str(private_path), public_key=str(public_path)
+            )
         )
     else:
         out = console()

@@ -13,16 +13,83 @@ from __future__ import annotations
 import argparse
 import sys
 from pathlib import Path
+from typing import Literal
 
 from rich.console import Console
 
 from repro_serving.builder.commands._keys import add_trust_arguments, trusted
-from repro_serving.builder.commands._shared import print_report, report_document
+from repro_serving.builder.commands._shared import Verification, print_report
+from repro_serving.builder.drift import Drift
 from repro_serving.builder.errors import ExitCode
 from repro_serving.builder.progress import showing
-from repro_serving.builder.render import console, drift_table, table, write_json
+from repro_serving.builder.render import (
+    Output,
+    Report,
+    console,
+    drift_table,
+    table,
+    write_report,
+)
 from repro_serving.builder.restore.run import RestoreRefused, RestoreReport, restore
+from repro_serving.builder.restore.step import Action
 from repro_serving.builder.sealing.integrity import bundle_path
+
+
+class StepOutput(Output):
+    """One thing the bundle pins, made to hold on this host or found holding."""
+
+    kind: str
+    """python, model or source."""
+    subject: str
+    target: str
+    """Where it is on this host."""
+    action: Action
+    detail: str
+    drifts: tuple[Drift, ...]
+    """Why it cannot be made to hold (`refused`)."""
+
+
+class RestoreOutput(Report):
+    """Every step (`ok`: everything the bundle pins holds here now)."""
+
+    bundle: str
+    changed: bool
+    """Something was made (a step `restored`)."""
+    signed_by: tuple[str, ...]
+    steps: tuple[StepOutput, ...]
+
+    @classmethod
+    def of(cls, report: RestoreReport) -> RestoreOutput:
+        return cls(
+            ok=report.ok,
+            bundle=str(report.bundle),
+            changed=report.changed,
+            signed_by=report.key_ids,
+            steps=tuple(
+                StepOutput(
+                    kind=step.kind,
+                    subject=step.subject,
+                    target=step.target,
+                    action=step.action,
+                    detail=step.detail,
+                    drifts=tuple(step.drifts),
+                )
+                for step in report.steps
+            ),
+        )
+
+
+class RestoreUnverifiedOutput(Report):
+    """Nothing made: the bundle does not verify."""
+
+    ok: Literal[False] = False
+    verify: Verification
+    steps: tuple[()] = ()
+    """None taken."""
+
+
+REPORT = RestoreOutput | RestoreUnverifiedOutput
+"""The document `--json` prints (its schema: `repro schema restore`)."""
 
 
 def configure_parser(parser: argparse.ArgumentParser) -> None:
@@ -53,36 +120,16 @@ def execute(args: argparse.Namespace) -> int:
         )
     except RestoreRefused as refused:
         if args.json:
-            write_json({"ok": False, "verify": report_document(refused.report), "steps": []})
+            write_report(RestoreUnverifiedOutput(verify=Verification.of(refused.report)))
         else:
             print_report(refused.report)
             console().print(refused.diagnostics())
         return int(ExitCode.CHECK_FAILED)
     if args.json:
-        write_json(document(report))
+        write_report(RestoreOutput.of(report))
     else:
         print_restore(report)
     return int(ExitCode.PASS if report.ok else ExitCode.CHECK_FAILED)
-
-
-def document(report: RestoreReport) -> dict[str, object]:
-    return {
-        "bundle": str(report.bundle),
-        "ok": report.ok,
-        "changed": report.changed,
-        "signed_by": list(report.key_ids),
-        "steps": [
-            {
-                "kind": step.kind,
-                "subject": step.subject,
-                "target": step.target,
-                "action": step.action.value,
-                "detail": step.detail,
-                "drifts": [d.model_dump(mode="json") for d in step.drifts],
-            }
-            for step in report.steps
-        ],
-    }
 
 
 def print_restore(report: RestoreReport) -> None:

@@ -20,14 +20,112 @@ from typing import Any
 from pydantic import ValidationError
 
 from repro_serving.builder import tinymodel
-from repro_serving.builder.errors import BadInput
+from repro_serving.builder.errors import BadInput, ExitCode
 from repro_serving.builder.manifest import Manifest, Suite
 from repro_serving.builder.progress import say
 from repro_serving.builder.readers import EVIDENCE_LIMIT, NoSuchFile, parse_json, read_bytes
-from repro_serving.builder.render import console, table, write_json
-from repro_serving.launch.evidence import Teacher
+from repro_serving.builder.render import (
+    Output,
+    Report,
+    ReportError,
+    console,
+    table,
+    write_report,
+)
+from repro_serving.launch.evidence import MetricsDelta, Teacher, Verdict
 from repro_serving.launch.run import Event, RunPlan, RunRecord, capture_teacher, run_profile
-from repro_serving.launch.rundir import TEACHER_FILE, atomic_write, json_bytes
+from repro_serving.launch.rundir import TEACHER_FILE, RunStatus, atomic_write, json_bytes
+
+
+class RowSummary(Output):
+    prompt_id: str
+    exact: bool | None
+    """The row's token ids are the teacher's; null without a teacher."""
+    tokens: int
+    cached_tokens: int | None
+    tok_s: float | None
+    """The row's (N-1)/span over the gated window; null when it cannot be measured."""
+    ttft_s: float
+
+
+class AuditSummary(Output):
+    passed: bool
+    roles: dict[str, int]
+    """Process role -> how many processes of it."""
+    elf_files: int
+    drifts: int
+
+
+class TeardownSummary(Output):
+    pids: tuple[int, ...]
+    """Every process of the server's tree."""
+    killed: tuple[int, ...]
+    """Those that needed SIGKILL."""
+    seconds: float
+
+
+class StartSummary(Output):
+    """One fresh start of the server."""
+
+    start: int
+    directory: str
+    pid: int | None
+    ready_after_s: float | None
+    ready_at_monotonic: float | None
+    phases_s: dict[str, float]
+    audit: AuditSummary | None
+    rows: tuple[RowSummary, ...]
+    metrics: MetricsDelta | None
+    acceptance: float | None
+    """Accepted / draft tokens of speculative decoding; null without it."""
+    teardown: TeardownSummary | None
+    error: str | None
+    """What stopped this start, as a person reads it."""
+
+
+class RunSummary(Output):
+    """One run of a launch profile (`launch.run.summary_document`), as its `summary.json`."""
+
+    run_dir: str
+    manifest: str
+    bundle: str
+    profile: str
+    suite: str
+    teacher: bool
+    """Whether the run was judged against a teacher."""
+    argv: tuple[str, ...]
+    status: RunStatus
+    passed: bool
+    exit_code: int | None
+    """Null when the run was interrupted."""
+    error: str | None
+    """What stopped the run, as a person reads it."""
+    seconds: float
+    starts: tuple[StartSummary, ...]
+    verdicts: tuple[Verdict, ...]
+    quality: tuple[Verdict, ...]
+    """The quality checks: reported apart, they never decide the run."""
+
+    @classmethod
+    def of(cls, record: RunRecord) -> RunSummary:
+        return cls.model_validate(record.summary())
+
+
+def run_report_error(record: RunRecord) -> ReportError | None:
+    """What stopped a run before it could be judged (its server did not start, say)."""
+    return None if record.error is None else ReportError.of(record.error)
+
+
+class RunOutput(Report):
+    """`repro run --json`: the run (`ok`: every gate passed), and the teacher it captured."""
+
+    run: RunSummary
+    captured_teacher: str | None
+    """Where `--capture-teacher` wrote the run's teacher; null when it wrote none."""
+
+
+REPORT = RunOutput
+"""The document `--json` prints (its schema: `repro schema run`)."""
 
 
 def configure_parser(parser: argparse.ArgumentParser) -> None:
@@ -60,11 +158,18 @@ def execute(args: argparse.Namespace) -> int:
         raise
     captured = _capture(args.capture_teacher, record)
     if args.json:
-        write_json({**record.summary(), "captured_teacher": _shown(captured)})
+        write_report(
+            RunOutput(
+                ok=record.exit_code == ExitCode.PASS,
+                error=run_report_error(record),
+                run=RunSummary.of(record),
+                captured_teacher=_shown(captured),
+            )
+        )
     else:
         print_summary(record, captured)
     if record.error is not None:
-        if args.json:  # the summary above carries it: one document per command
+        if args.json:  # the report above carries it (`error`): one document per command
             sys.stderr.write(record.error.diagnostics() + "\n")
             return int(record.error.exit_code)
         raise record.error

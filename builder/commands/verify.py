@@ -16,11 +16,19 @@ from rich.console import Console
 from rich.status import Status
 
 from repro_serving.builder.commands._keys import add_trust_arguments, trusted
-from repro_serving.builder.commands._shared import print_report, report_document
+from repro_serving.builder.commands._shared import Verification, print_report
 from repro_serving.builder.errors import ExitCode
-from repro_serving.builder.render import write_json
+from repro_serving.builder.render import Report, write_report
 from repro_serving.builder.sealing.integrity import bundle_path
 from repro_serving.builder.verify import verify
+
+
+class VerifyOutput(Verification, Report):
+    """`repro verify --json`: the envelope, then the verification."""
+
+
+REPORT = VerifyOutput
+"""The document `--json` prints (its schema: `repro schema verify`)."""
 
 
 def configure_parser(parser: argparse.ArgumentParser) -> None:
@@ -45,7 +53,7 @@ def execute(args: argparse.Namespace) -> int:
     with Status(f"verifying {bundle}: {what}", console=Console(stderr=True, quiet=quiet)):
         report = verify(bundle, trusted(args), host=args.host, anchor=args.anchor)
     if args.json:
-        write_json(report_document(report))
+        write_report(VerifyOutput.of(report))
     else:
         print_report(report)
     return int(ExitCode.PASS if report.ok else ExitCode.CHECK_FAILED)

@@ -14,6 +14,7 @@ import platform
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+from repro_serving.builder import lock
 from repro_serving.builder.drift import Drift, DriftKind
 from repro_serving.builder.manifest import Accelerator as ManifestAccelerator
 from repro_serving.builder.manifest import Host
@@ -43,6 +44,16 @@ class Accelerator:
     def vendor_device(self) -> str:
         return f"{self.vendor}:{self.device}"
 
+    def locked(self) -> lock.AcceleratorFacts:
+        """This accelerator in the lock's vocabulary: every fact sysfs gives, stated."""
+        return lock.AcceleratorFacts(
+            address=self.address,
+            vendor_device=self.vendor_device,
+            pci_class=self.pci_class,
+            driver=self.driver,
+            driver_version=self.driver_version,
+        )
+
 
 @dataclass(frozen=True)
 class HostFacts:
@@ -60,7 +71,24 @@ class HostFacts:
         """What a dispatch reads of this host (`builder.native.dispatch`)."""
         return HostCapabilities(arch=self.arch, cpu_flags=frozenset(self.cpu_flags))
 
+    def locked(self) -> lock.HostFacts:
+        """These facts in the lock's vocabulary (`builder.lock.HostFacts`), every one stated:
+        what `repro build` locks, `repro verify` recomputes and `repro host --json` prints."""
+        return lock.HostFacts(
+            arch=self.arch,
+            os=self.os,
+            os_release=self.os_release,
+            kernel=self.kernel,
+            cpu_model=self.cpu_model,
+            cpu_flags=self.cpu_flags,
+            cpu_count=self.cpu_count,
+            memory_bytes=self.memory_bytes,
+            accelerators=tuple(a.locked() for a in self.accelerators),
+        )
+
     def to_json(self) -> dict[str, object]:
+        """Everything observed, with the vendor's name: the form `evidence/observations.json`
+        seals (`builder.observations`), read back into these dataclasses."""
         document = asdict(self)
         document["accelerators"] = [
             {**asdict(a), "vendor_device": a.vendor_device} for a in self.accelerators
