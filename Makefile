@@ -3,7 +3,7 @@
 PYTHON ?= python3
 VENV := .venv
 
-.PHONY: demo test lint serve-env
+.PHONY: demo test lint serve-env browser
 
 $(VENV)/.stamp: pyproject.toml requirements/dev.txt
 	$(PYTHON) -m venv $(VENV)
@@ -24,5 +24,10 @@ lint: $(VENV)/.stamp
 	$(VENV)/bin/ruff format --check .
 	$(VENV)/bin/mypy
 
-test: lint serve-env
+# The headless browser the report tests open each `repro report` page in (Debian's chromium),
+# installed when absent.
+browser:
+	command -v chromium >/dev/null || { apt-get update -qq && apt-get install -y --no-install-recommends chromium; }
+
+test: lint serve-env browser
 	$(VENV)/bin/pytest

@@ -8,7 +8,8 @@ the embedded default (`manifests/tiny-cpu.toml` and its suite, package data of r
 must match their pinned sha256). It then builds the bundle against a real vLLM CPU server
 (teacher profile, every process audited live), verifies it offline and against this host,
 replays it with the candidate profile against the sealed teacher, and prints the report. The
-bundle and the sealed run are written under `--out`, signed with the example key. Exit 0 only
+bundle and the sealed run are written under `--out`, signed with the example key, and the
+run's report (`repro report`, against the bundle) beside it; its path is printed. Exit 0 only
 when every step passes.
 """
 
@@ -20,18 +21,24 @@ import tempfile
 import tomllib
 from importlib import resources
 from pathlib import Path
-from typing import Any, Final
+from typing import Any, Final, Literal
 
 import tomli_w
 
 from repro_serving.builder import tinymodel
 from repro_serving.builder.build import BuildRefused, build
-from repro_serving.builder.commands._shared import output_directory, print_report, report_document
-from repro_serving.builder.commands.run import print_summary
+from repro_serving.builder.commands._shared import (
+    RefusedOutput,
+    Verification,
+    output_directory,
+    print_report,
+)
+from repro_serving.builder.commands.launch import PreflightOutput
+from repro_serving.builder.commands.run import RunSummary, print_summary, run_report_error
 from repro_serving.builder.errors import BadInput, ExitCode
 from repro_serving.builder.manifest import Manifest
 from repro_serving.builder.progress import say as progress
-from repro_serving.builder.render import console, drift_table, table, write_json
+from repro_serving.builder.render import Report, console, drift_table, table, write_report
 from repro_serving.builder.replay import PreflightRefused, launch
 from repro_serving.builder.sealing.keys import SigningKey, TrustedKeys
 from repro_serving.builder.verify import verify
@@ -42,6 +49,26 @@ EXAMPLE_KEY: Final = "keys/example.key"
 SERVE_VENV_VARIABLE: Final = "REPRO_SERVE_VENV"
 MODEL_DIRECTORY: Final = "tiny-llama"
 """The generated model's folder under `--out`."""
+
+
+class DemoUnverifiedOutput(Report):
+    """The bundle built does not verify on this host."""
+
+    ok: Literal[False] = False
+    verify: Verification
+
+
+class DemoOutput(Report):
+    """Built, verified and replayed (`ok`: every gate of the replay passed)."""
+
+    bundle: str
+    run: RunSummary
+    sealed_run: str | None
+
+
+REPORT = DemoOutput | RefusedOutput | DemoUnverifiedOutput | PreflightOutput
+"""The document `--json` prints (its schema: `repro schema demo`): the first step that
+refused, or the replay."""
 
 
 def configure_parser(parser: argparse.ArgumentParser) -> None:
@@ -76,7 +103,7 @@ def execute(args: argparse.Namespace) -> int:
         built = build(manifest_path, key, out / "bundles", out / "build-run", progress=say)
     except BuildRefused as refused:
         if args.json:
-            write_json({"ok": False, "drifts": [d.model_dump(mode="json") for d in refused.drifts]})
+            write_report(RefusedOutput(drifts=tuple(refused.drifts)))
         else:
             console().print(drift_table(refused.drifts, refused.what))
         return int(ExitCode.CHECK_FAILED)
@@ -84,7 +111,7 @@ def execute(args: argparse.Namespace) -> int:
     verified = verify(built.sealed.path, trusted, host=True)
     if not verified.ok:
         if args.json:
-            write_json({"ok": False, "verify": report_document(verified)})
+            write_report(DemoUnverifiedOutput(verify=Verification.of(verified)))
         else:
             print_report(verified)
         return int(ExitCode.CHECK_FAILED)
@@ -93,18 +120,19 @@ def execute(args: argparse.Namespace) -> int:
         replay = launch(built.sealed.path, trusted, runs=out / "runs", signing_key=key)
     except PreflightRefused as refused:
         if args.json:
-            write_json({"ok": False, "preflight": report_document(refused.report)})
+            write_report(PreflightOutput(preflight=Verification.of(refused.report)))
         else:
             print_report(refused.report)
         return int(ExitCode.CHECK_FAILED)
     if args.json:
-        write_json(
-            {
-                "ok": replay.run.passed,
-                "bundle": str(built.sealed.path),
-                "run": replay.run.summary(),
-                "sealed_run": str(replay.sealed.path) if replay.sealed else None,
-            }
+        write_report(
+            DemoOutput(
+                ok=replay.run.exit_code == ExitCode.PASS,
+                error=run_report_error(replay.run),
+                bundle=str(built.sealed.path),
+                run=RunSummary.of(replay.run),
+                sealed_run=str(replay.sealed.path) if replay.sealed else None,
+            )
         )
     else:
         print_report(verified)
@@ -121,6 +149,14 @@ def execute(args: argparse.Namespace) -> int:
                 ),
             )
         )
+    if replay.sealed is not None:
+        from repro_serving.builder.report.write import report_run  # matplotlib: only when drawn
+
+        line = report_run(replay.sealed.path, trusted, key, against=built.sealed.path)
+        if args.json:
+            progress(line)  # stdout holds the one document
+        else:
+            console().print(line)
     return int(replay.run.exit_code)
 
 

@@ -2,7 +2,9 @@
 
 Nothing starts unless the bundle verifies and this host holds every pin; then the candidate
 profile runs once against the sealed teacher, every process audited live, every gate applied,
-teardown proven. The run directory is sealed under `--runs` when `--signing-key` is given.
+teardown proven. The run directory is sealed under `--runs` when `--signing-key` is given,
+with its report (`repro report`, against the bundle) beside it, `RUN.report.html`; its path is
+printed.
 Exit 0 only when every gate passes.
 """
 
@@ -10,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 from pathlib import Path
+from typing import Literal
 
 from repro_serving.builder.commands._keys import (
     add_signing_key_argument,
@@ -17,13 +20,34 @@ from repro_serving.builder.commands._keys import (
     signing_key_path,
     trusted,
 )
-from repro_serving.builder.commands._shared import print_report, report_document
-from repro_serving.builder.commands.run import print_summary
+from repro_serving.builder.commands._shared import Verification, print_report
+from repro_serving.builder.commands.run import RunSummary, print_summary, run_report_error
 from repro_serving.builder.errors import ExitCode
-from repro_serving.builder.render import console, write_json
+from repro_serving.builder.progress import say
+from repro_serving.builder.render import Report, console, write_report
 from repro_serving.builder.replay import PreflightRefused, launch
 from repro_serving.builder.sealing.integrity import bundle_path
 from repro_serving.builder.sealing.keys import SigningKey
+
+
+class PreflightOutput(Report):
+    """Nothing started: the bundle does not verify, or this host does not hold a pin."""
+
+    ok: Literal[False] = False
+    preflight: Verification
+    """`verify --host` of the bundle on this host."""
+
+
+class LaunchOutput(Report):
+    """The candidate replayed (`ok`: every gate passed), and where its run was sealed."""
+
+    run: RunSummary
+    sealed: str | None
+    """The sealed run directory; null without `--signing-key`."""
+
+
+REPORT = LaunchOutput | PreflightOutput
+"""The document `--json` prints (its schema: `repro schema launch`)."""
 
 
 def configure_parser(parser: argparse.ArgumentParser) -> None:
@@ -50,15 +74,36 @@ def execute(args: argparse.Namespace) -> int:
         )
     except PreflightRefused as refused:
         if args.json:
-            write_json({"ok": False, "preflight": report_document(refused.report)})
+            write_report(PreflightOutput(preflight=Verification.of(refused.report)))
         else:
             print_report(refused.report)
             console().print(refused.diagnostics())
         return int(ExitCode.CHECK_FAILED)
     sealed = str(replay.sealed.path) if replay.sealed else None
     if args.json:
-        write_json({"ok": replay.run.passed, "run": replay.run.summary(), "sealed": sealed})
+        write_report(
+            LaunchOutput(
+                ok=replay.run.exit_code == ExitCode.PASS,
+                error=run_report_error(replay.run),
+                run=RunSummary.of(replay.run),
+                sealed=sealed,
+            )
+        )
     else:
         print_summary(replay.run, None)
         console().print(f"run sealed at {sealed}" if sealed else "run not sealed (no key)")
+    if replay.sealed is not None and key is not None:
+        _report_beside(replay.sealed.path, args, key, json=args.json)
     return int(replay.run.exit_code)
+
+
+def _report_beside(run: Path, args: argparse.Namespace, key: SigningKey, *, json: bool) -> None:
+    """The sealed run's report (`repro report`) beside it, against the bundle it replayed; its
+    path printed, on stderr under `--json` (stdout holds the one document)."""
+    from repro_serving.builder.report.write import report_run  # matplotlib: only when drawn
+
+    line = report_run(run, trusted(args), key, against=bundle_path(args.bundle))
+    if json:
+        say(line)
+    else:
+        console().print(line)
