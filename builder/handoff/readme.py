@@ -21,7 +21,7 @@ README can state it."""
 
 CHECK_HEADING = "## Check it without repro"
 
-_RECIPE = r""": "${PUB:?set PUB to the signer's public key file}"
+_RECIPE = r""": "${PUB:?set PUB to the public key file of the signer}"
 sha256sum -c --strict SHA256SUMS
 sums=$(sha256sum SHA256SUMS | cut -c1-64)
 grep -qF "{\"digest\":{\"sha256\":\"$sums\"},\"name\":\"SHA256SUMS\"}" statement.json
@@ -90,7 +90,7 @@ def _cell(text: str) -> str:
 
 
 def _run(lock: Lock) -> list[str]:
-    arch = lock.host.enforced.get("arch") or lock.host.facts.get("arch") or "its architecture"
+    arch = lock.host.enforced.arch or lock.host.facts.arch or "its architecture"
     first = (
         f"On Linux {arch}, with python3 (3.11 or later), coreutils and a package index pip is "
         "configured with:"
