@@ -12,9 +12,13 @@ import shutil
 from collections.abc import Callable
 from pathlib import Path
 
+from repro_serving.builder.canonical import canonical_json
+from repro_serving.builder.errors import ReproError
+from repro_serving.builder.lock import Lock
 from repro_serving.builder.sealing import bundle
 from repro_serving.builder.sealing.keys import SigningKey, TrustedKeys
 from repro_serving.builder.sealing.seal import BundleContent, Handoff, Progress, SealedBundle, seal
+from repro_serving.builder.sealing.statement import ResourceDescriptor, resolved_dependencies
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 RECORD = REPO_ROOT / "records" / "laguna-102tps"
@@ -80,11 +84,21 @@ def staged_content(staging: Path, manifest_source: str, *, handoff: bool = True)
     def files(directory: str) -> dict[str, Path]:
         return {p.name: p for p in (staging / directory).iterdir()}
 
+    lock = json.loads((staging / bundle.LOCK).read_text())
+    # an attacker's statement agrees with the lock it seals (written canonical by the sealer),
+    # so only the claims can refuse
+    try:
+        sealed_lock = Lock.from_bytes(canonical_json(lock), where=bundle.LOCK)
+    except ReproError:
+        dependencies: tuple[ResourceDescriptor, ...] = ()
+    else:
+        dependencies = resolved_dependencies(sealed_lock)
     return BundleContent(
         name=staging.name,
         manifest=staging / bundle.MANIFEST,
         manifest_source=manifest_source,
-        lock=json.loads((staging / bundle.LOCK).read_text()),
+        lock=lock,
+        dependencies=dependencies,
         oracle=files(bundle.ORACLE_DIR),
         evidence=files(bundle.EVIDENCE_DIR),
         kernels=files(bundle.KERNEL_SETS_DIR),

@@ -8,6 +8,7 @@ the untouched bundle passes every time.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import shutil
 import subprocess
@@ -174,6 +175,27 @@ EVIDENCE_EDITS = {
         ["fresh start 2 reproduces token ids", "gates (every verdict recomputed)", README],
     ),
 }  # fmt: skip
+
+
+def _teacher_rate_doubled(root: Path) -> None:
+    """The rate every replay's throughput floor scales, doubled in the teacher, and the lock's
+    digest of the teacher made to agree: only recomputing the rate from the rows refuses it."""
+    path = root / "oracle/teacher.json"
+    teacher = json.loads(path.read_text())
+    teacher["conventional_tok_s"] *= 2
+    path.write_text(json.dumps(teacher))
+    lock = json.loads((root / bundle.LOCK).read_text())
+    lock["oracle"]["teacher_sha256"] = hashlib.sha256(path.read_bytes()).hexdigest()
+    (root / bundle.LOCK).write_text(json.dumps(lock))
+
+
+def test_a_teacher_rate_that_is_not_the_rows_rate_is_refused(
+    bundle_path: Path, tmp_path: Path
+) -> None:
+    copy = reseal(bundle_path, tmp_path, _teacher_rate_doubled)
+    report = verify(copy, TRUSTED)
+    assert report.findings == (), "the signature and every digest hold"
+    assert "oracle/teacher.json conventional_tok_s" in failed_claims(report)
 
 
 @pytest.mark.parametrize("case", EVIDENCE_EDITS, ids=list(EVIDENCE_EDITS))

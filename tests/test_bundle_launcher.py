@@ -28,6 +28,7 @@ from pathlib import Path
 import bundle_assets
 import pytest
 from conftest import REPO_ROOT
+from schemas import assert_valid
 
 from repro_serving.builder.build import BuildRefused, staged_readme
 from repro_serving.builder.cli import main
@@ -44,7 +45,9 @@ PRIVATE = REPO_ROOT / "keys" / "example.key"
 TRUSTED = TrustedKeys.from_key_file(PUBLIC)
 LAGUNA, TINY = "laguna-102tps", "tiny-cpu"
 DROPPED = ("PYTHONPATH", "PYTHONHOME", "VIRTUAL_ENV", "XDG_CACHE_HOME", "XDG_DATA_HOME")
-HANDOFF_CLAIMS = ("launch, ", "tools/ = ", "README.md = ")
+HANDOFF_CLAIMS = ("launch, ", "tools/ = ", "README.md = ", "statement.")
+"""Claims the README cannot state: of the files written with it, and of the statement signed
+after it."""
 QUICK_S = 300
 
 
@@ -100,7 +103,7 @@ def launch(
 def verify_json(path: Path, capsys: pytest.CaptureFixture[str]) -> tuple[int, dict[str, object]]:
     capsys.readouterr()
     code = main(["verify", str(path), "--key", str(PUBLIC), "--json"])
-    return code, json.loads(capsys.readouterr().out)
+    return code, assert_valid("verify", capsys.readouterr().out)
 
 
 # --- what every bundle carries ------------------------------------------------------------------
@@ -371,11 +374,12 @@ def test_launch_installs_the_sealed_repro_and_verifies_the_bundle_with_it(
 ) -> None:
     done = launched.first
     assert done.returncode == 0, done.stderr[-3000:]
-    assert "making the private environment of repro-0.1.0-py3-none-any.whl" in done.stderr
+    assert f"making the private environment of {Path(WHEEL).name}" in done.stderr
     assert "signed by" in done.stderr and "(checked with openssl)" in done.stderr
     assert f"PASS: {launched.copy} signed by" in done.stderr
     (env,) = launched.machine.envs.iterdir()
-    installed = next((env / "venv" / "lib").glob("python3.*/site-packages/repro_serving/builder/cli.py"))
+    site = next((env / "venv" / "lib").glob("python3.*/site-packages"))
+    installed = site / "repro_serving" / "builder" / "cli.py"
     with zipfile.ZipFile(launched.copy / WHEEL) as sealed:
         assert installed.read_bytes() == sealed.read("repro_serving/builder/cli.py")
     assert not list(env.rglob("__pycache__")), "no bytecode written"
@@ -397,11 +401,15 @@ def test_a_second_launch_checks_the_environment_and_reuses_it(
     assert len(list(launched.machine.envs.iterdir())) == 1
 
 
+REPRO = Path("repro_serving", "builder")
+"""repro's own modules in the launcher's venv."""
+MAN_PAGE = Path("share", "man", "man1", "ttx.1")
+"""A data file of a pinned wheel (fontTools, through matplotlib): outside site-packages."""
 CACHE_CHANGES = {
     "a .pth file added": lambda site: (site / "zz-startup.pth").write_text("import os\n"),
-    "a module of repro changed": lambda site: (site / "repro_serving" / "builder" / "cli.py").write_text("pass\n"),
+    "a module of repro changed": lambda site: (site / REPRO / "cli.py").write_text("pass\n"),
     "a dependency's file changed": lambda site: (site / "rich" / "__init__.py").write_text(""),
-    "a module of repro removed": lambda site: (site / "builder" / "verify.py").unlink(),
+    "a module of repro removed": lambda site: (site / REPRO / "verify.py").unlink(),
     "a pyvenv.cfg in bin/, read before the venv's own": lambda site: (
         site.parents[2] / "bin" / "pyvenv.cfg"
     ).write_text("home = /elsewhere\ninclude-system-site-packages = true\n"),
@@ -409,7 +417,14 @@ CACHE_CHANGES = {
         (site.parents[2] / "lib64").unlink(),
         (site.parents[2] / "lib64").mkdir(),
     ),
+    # a wheel's data files install under the environment's root (fontTools' manual page)
+    "a data file of a wheel changed": lambda site: (site.parents[2] / MAN_PAGE).write_text(""),
+    "a data file of a wheel removed": lambda site: (site.parents[2] / MAN_PAGE).unlink(),
+    "a file added beside the data files": lambda site: (
+        (site.parents[2] / MAN_PAGE).with_name("extra.1").write_text("")
+    ),
 }
+"""How the cached environment is changed: each refused before the repro in it runs."""
 
 
 def test_the_interpreter_configuration_of_the_environment_is_written_anew_before_use(
@@ -475,13 +490,14 @@ def _replace(relative: str, old: bytes, new: bytes) -> Callable[[Path], None]:
 
 
 def _wheel_module_changed(root: Path) -> None:
-    """builder/cli.py inside the wheel changed, its RECORD left as it was."""
-    wheel = root / WHEEL
+    """repro_serving/builder/cli.py inside the wheel changed, its RECORD left as it was."""
+    wheel, module = root / WHEEL, "repro_serving/builder/cli.py"
     entries = []
     with zipfile.ZipFile(wheel) as archive:
+        assert module in archive.namelist()
         for info in archive.infolist():
             data = archive.read(info)
-            if info.filename == "builder/cli.py":
+            if info.filename == module:
                 data += b"\n# changed\n"
             entries.append((info, data))
     with zipfile.ZipFile(wheel, "w", zipfile.ZIP_DEFLATED) as archive:
@@ -575,7 +591,7 @@ def test_a_copy_of_tiny_cpu_launches_itself_with_the_outcome_repro_launch_gets_h
     done = launch(
         copy, machine, "--key", str(PUBLIC), "--signing-key", str(PRIVATE), "--json", timeout=1800
     )
-    document = json.loads(done.stdout)
+    document = assert_valid("launch", done.stdout)
     work = machine.home / ".local" / "share" / "repro" / "bundles" / TINY
     assert (work / ".venv-serve" / "bin" / "python").exists(), done.stderr[-3000:]
     if other_dispatch:

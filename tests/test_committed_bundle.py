@@ -11,12 +11,12 @@ of each kind of x86-64 host, so no outcome here depends on the CPU alone.
 
 from __future__ import annotations
 
-import json
 from dataclasses import replace
 from pathlib import Path
 
 import pytest
 from conftest import REPO_ROOT
+from schemas import assert_valid
 
 from repro_serving.builder import hostcheck
 from repro_serving.builder.cli import main
@@ -60,7 +60,7 @@ def test_the_committed_bundle_verifies_offline_from_the_cli(
     capsys: pytest.CaptureFixture[str],
 ) -> None:
     code = main(["verify", str(BUNDLE), "--key", str(PUBLIC), "--json"])
-    document = json.loads(capsys.readouterr().out)
+    document = assert_valid("verify", capsys.readouterr().out)
     assert code == 0, [c for c in document["claims"] if not c["ok"]]
     assert document["ok"] and document["drifts"] == []
     dispatch = next(c for c in document["claims"] if c["claim"].startswith("native.dispatch"))
@@ -87,7 +87,7 @@ def test_restore_finds_everything_the_bundle_pins_in_place(
 ) -> None:
     """`make serve-env` restored it before the suite; restoring again does nothing."""
     code = main(["restore", str(BUNDLE), "--key", str(PUBLIC), "--anchor", str(ANCHOR), "--json"])
-    document = json.loads(capsys.readouterr().out)
+    document = assert_valid("restore", capsys.readouterr().out)
     assert code == 0, document
     assert [(s["kind"], s["action"]) for s in document["steps"]] == [
         ("python", "already"),
@@ -115,7 +115,7 @@ def test_restored_into_an_empty_directory_it_replays_here_or_launch_refuses(
     anchor = tmp_path / "fresh" / "manifests"
     anchor.mkdir(parents=True)
     code = main(["restore", str(BUNDLE), "--key", str(PUBLIC), "--anchor", str(anchor), "--json"])
-    document = json.loads(capsys.readouterr().out)
+    document = assert_valid("restore", capsys.readouterr().out)
     assert code == 0, document
     assert [(s["kind"], s["action"]) for s in document["steps"]] == [
         ("python", "restored"),

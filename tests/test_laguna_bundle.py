@@ -15,6 +15,7 @@ from typing import Any
 
 import pytest
 from bundle_assets import resealed
+from schemas import assert_valid
 
 from repro_serving.builder.build import BuildRefused, build
 from repro_serving.builder.cli import main
@@ -213,8 +214,10 @@ def _lock(change: Callable[[dict[str, Any]], None]) -> Callable[[Path], None]:
 
 
 def _eight_other_cards(lock: dict[str, Any]) -> None:
-    lock["host"]["facts"]["gpu_count"] = 8
-    lock["host"]["facts"]["gpu_vendor_device"] = "8086:e223"
+    card = lock["host"]["facts"]["accelerators"][0]
+    lock["host"]["facts"]["accelerators"] = [
+        {**card, "address": f"0000:{bus:02x}:00.0"} for bus in range(8)
+    ]
 
 
 def _other_commit(lock: dict[str, Any]) -> None:
@@ -310,7 +313,7 @@ def test_a_launch_here_is_refused_at_preflight_listing_every_missing_fact(
 ) -> None:
     code = main(["launch", str(COMMITTED), "--key", str(REPO / "keys" / "example.pub"),
                  "--runs", str(tmp_path), "--json"])  # fmt: skip
-    report = json.loads(capsys.readouterr().out)["preflight"]
+    report = assert_valid("launch", capsys.readouterr().out)["preflight"]
     assert code == 1
     subjects = {d["subject"] for d in report["drifts"]}
     assert "python: /home/steve/.venvs/deepseek-v4-xpu/pyvenv.cfg" in subjects
@@ -340,7 +343,7 @@ def test_building_the_fp8_kv_lane_here_is_refused_with_every_unmet_precondition(
     manifest = REPO / "manifests" / "fp8-kv.toml"
     code = main(["build", str(manifest), "--signing-key", str(REPO / "keys" / "example.key"),
                  "--out", str(tmp_path), "--json"])  # fmt: skip
-    document = json.loads(capsys.readouterr().out)
+    document = assert_valid("build", capsys.readouterr().out)
     assert code == 1 and document["ok"] is False
     kinds = {(d["kind"], d["subject"]) for d in document["drifts"]}
     assert ("host", "accelerator 8086:e223") in kinds
