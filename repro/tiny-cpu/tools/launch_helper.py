@@ -22,7 +22,9 @@ file runs at every start). Bytecode caches are removed first: nothing checks the
 launcher never writes them (`-B`, PYTHONDONTWRITEBYTECODE). `bin/python` must lead to this
 interpreter; `pyvenv.cfg`, which says where the standard library is and whether the system's
 site-packages are seen, is written anew before every use; nothing but what `python -m venv`
-makes may sit beside it (no `bin/pyvenv.cfg`, `lib64` the link to `lib`).
+makes may sit beside it (no `bin/pyvenv.cfg`, `lib64` the link to `lib`), and the data files
+of the wheels (fontTools' manual page under `share/`): each with its RECORD hash, and nothing
+else in the directories only they make.
 """
 
 from __future__ import annotations
@@ -124,15 +126,17 @@ def check_env(env: Path, requirements: Path, wheel: Path) -> list[str]:
     if problems:
         return problems
     site = venv / "lib" / f"python{sys.version_info[0]}.{sys.version_info[1]}" / "site-packages"
+    expected, data = _expected_files(sorted(wheels.iterdir()))
     problems += _check_interpreter(venv)
+    problems += _check_venv_entries(venv, data)
     if not site.is_dir() or site.is_symlink():
         return [*problems, f"{site}: no site-packages directory"]
     _remove_bytecode(site)
-    expected = _expected_files(sorted(wheels.iterdir()))
     installed = _installed_distributions(site)
     for dist_info in sorted(installed - {name for name, _ in expected.values()}):
         problems += _ensurepip_files(dist_info, expected)
     problems += _check_site(site, {path: digest for path, (_, digest) in expected.items()})
+    problems += _check_data(venv, data)
     return problems
 
 
@@ -180,7 +184,12 @@ def _check_interpreter(venv: Path) -> list[str]:
             f"version = {platform.python_version()}\nexecutable = {here}\n",
             encoding="utf-8",
         )
-    for stray in sorted({p.name for p in venv.iterdir()} - VENV_ENTRIES):
+    return problems
+
+
+def _check_venv_entries(venv: Path, data: dict[str, str]) -> list[str]:
+    problems = []
+    for stray in sorted({p.name for p in venv.iterdir()} - VENV_ENTRIES - _data_tops(data)):
         problems.append(f"{venv / stray}: not made by python -m venv")
     if os.path.lexists(venv / "bin" / "pyvenv.cfg"):  # the interpreter would read it first
         problems.append(f"{venv / 'bin' / 'pyvenv.cfg'}: not made by python -m venv")
@@ -196,23 +205,30 @@ def _remove_bytecode(site: Path) -> None:
             shutil.rmtree(cache)
 
 
-def _expected_files(wheels: list[Path]) -> dict[str, tuple[str, str]]:
+def _expected_files(
+    wheels: list[Path],
+) -> tuple[dict[str, tuple[str, str]], dict[str, str]]:
     """Path under site-packages → (dist-info directory, RECORD hash) of every file `wheels`
-    install there, from each wheel's own RECORD."""
+    install there, and path under the environment's root → RECORD hash of every data file
+    (a wheel's `.data/data/`, such as a manual page under `share/`), from each wheel's own
+    RECORD."""
     expected: dict[str, tuple[str, str]] = {}
+    data: dict[str, str] = {}
     for wheel in wheels:
-        expected.update(_wheel_files(wheel))
-    return expected
+        files, its_data = _wheel_files(wheel)
+        expected.update(files)
+        data.update(its_data)
+    return expected, data
 
 
-def _wheel_files(wheel: Path) -> dict[str, tuple[str, str]]:
+def _wheel_files(wheel: Path) -> tuple[dict[str, tuple[str, str]], dict[str, str]]:
     with zipfile.ZipFile(wheel) as archive:
         records = [n for n in archive.namelist() if n.endswith(".dist-info/RECORD")]
         if len(records) != 1:
-            return {}
+            return {}, {}
         dist_info = records[0].split("/")[0]
         rows = list(csv.reader(io.StringIO(archive.read(records[0]).decode("utf-8"))))
-    files = {}
+    files, data = {}, {}
     for row in rows:
         if len(row) < 2 or not row[1]:
             continue
@@ -220,11 +236,45 @@ def _wheel_files(wheel: Path) -> dict[str, tuple[str, str]]:
         top, _, rest = path.partition("/")
         if top.endswith(".data"):
             scheme, _, below = rest.partition("/")
+            if scheme == "data":
+                data[posixpath.normpath(below)] = row[1]
             if scheme not in ("purelib", "platlib"):
-                continue  # scripts, headers, data: outside site-packages, never imported
+                continue  # scripts and headers: bin/ and include/, never imported
             path = below
         files[path] = (dist_info, row[1])
-    return files
+    return files, data
+
+
+def _data_tops(data: dict[str, str]) -> set[str]:
+    """The entries of the environment's root that data files make (`share`)."""
+    return {path.split("/")[0] for path in data if not path.startswith("..")}
+
+
+def _check_data(venv: Path, data: dict[str, str]) -> list[str]:
+    """Every data file of the wheels is in place with its hash; the directories only data
+    files make (`share/`, not bin/, include/ or lib/ of the venv itself) hold nothing else."""
+    problems = []
+    for relative, digest in sorted(data.items()):
+        path = venv / relative
+        if relative.startswith("..") or path.is_symlink() or not path.is_file():
+            problems.append(f"{path}: missing")
+        elif _record_hash(path) != digest:
+            problems.append(f"{path}: not the bytes its wheel installs")
+    for top in sorted(_data_tops(data) - VENV_ENTRIES):
+        if (venv / top).is_symlink():
+            problems.append(f"{venv / top}: a symlink, installed by no wheel")
+            continue
+        for directory, subdirectories, names in os.walk(venv / top):
+            problems += [
+                f"{Path(directory) / name}: a symlink, installed by no wheel"
+                for name in sorted(subdirectories)
+                if (Path(directory) / name).is_symlink()
+            ]
+            for name in sorted(names):
+                relative = (Path(directory) / name).relative_to(venv).as_posix()
+                if relative not in data:
+                    problems.append(f"{venv / relative}: installed by no wheel of the tools")
+    return problems
 
 
 def _installed_distributions(site: Path) -> set[str]:
@@ -237,7 +287,7 @@ def _ensurepip_files(dist_info: str, expected: dict[str, tuple[str, str]]) -> li
     stem = dist_info.removesuffix(".dist-info")
     for directory in _ensurepip_directories():
         for wheel in sorted(directory.glob(f"{stem}-*.whl")):
-            files = _wheel_files(wheel)
+            files, _data = _wheel_files(wheel)
             if files and all(owner == dist_info for owner, _ in files.values()):
                 expected.update(files)
                 return []
