@@ -30,7 +30,7 @@ from repro_serving.builder.drift import Drift
 from repro_serving.builder.errors import BadInput, ReproError
 from repro_serving.builder.handoff.checks import handoff_checks
 from repro_serving.builder.hashing import sha256_bytes, sha256_file
-from repro_serving.builder.lock import EvidenceClass, Lock, OracleRowClaim
+from repro_serving.builder.lock import EvidenceClass, Lock, OracleRowClaim, ThroughputClaim
 from repro_serving.builder.manifest import Manifest, Suite, expand
 from repro_serving.builder.native.auditreport import AuditDocument, AuditDrifts, ProcessEvidence
 from repro_serving.builder.native.kernels import KernelSet
@@ -296,6 +296,7 @@ def _oracle_checks(sealed: OpenedBundle, rows: tuple[OracleRow, ...]) -> list[Cl
         sealed.manifest, sealed.suite, rows, suite_sha, sha256_bytes(teacher_bytes)
     )
     checks = [
+        _equal("oracle.suite", lock.evidence, claim.suite, lock.suite),
         _equal("oracle.suite_sha256", lock.evidence, claim.suite_sha256, lock.suite_sha256),
         _equal("oracle.teacher_sha256", lock.evidence, claim.teacher_sha256, lock.teacher_sha256),
     ]
@@ -309,13 +310,26 @@ def _oracle_checks(sealed: OpenedBundle, rows: tuple[OracleRow, ...]) -> list[Cl
             "" if claim.rows == lock.rows else _first_row_difference(claim.rows, lock.rows),
         )
     )
+    # the gates of every replay find a teacher row by its prompt: each row whole, and the suite
     teacher = Teacher.from_bytes(teacher_bytes, where=str(sealed.oracle(TEACHER_FILE)))
-    same = [(t.token_ids, t.text_sha256) for t in teacher.rows] == [
-        (r.token_ids, r.text_sha256) for r in rows
+    taught = [(t.prompt_id, t.prompt_index, t.token_ids, t.text_sha256) for t in teacher.rows]
+    benched = [(r.prompt_id, r.prompt_index, r.token_ids, r.text_sha256) for r in rows]
+    differs = [
+        f"row {i}: teacher {t[0]!r} (index {t[1]}), bench {b[0]!r} (index {b[1]})"
+        for i, (t, b) in enumerate(zip(taught, benched, strict=False))
+        if t != b
     ]
+    if len(taught) != len(benched):
+        differs.append(f"{len(taught)} teacher rows, {len(benched)} bench rows")
+    if teacher.suite != sealed.suite.name:
+        differs.insert(0, f"suite {teacher.suite!r}, sealed suite {sealed.suite.name!r}")
     checks.append(
         ClaimCheck(
-            "oracle/teacher.json = bench rows", lock.evidence, f"{len(teacher.rows)} rows", same
+            "oracle/teacher.json = bench rows",
+            lock.evidence,
+            f"{len(teacher.rows)} rows",
+            not differs,
+            "; ".join(differs[:SHOWN_DIFFERENCES]),
         )
     )
     # the rate every throughput floor of a replay scales: the teacher's, recomputed
@@ -330,20 +344,40 @@ def _oracle_checks(sealed: OpenedBundle, rows: tuple[OracleRow, ...]) -> list[Cl
             f"teacher states {stated!r}",
         )
     )
-    if lock.throughput is not None and claim.throughput is not None:
-        for field in ("conventional_median", "historical_median"):
-            ours, theirs = getattr(claim.throughput, field), getattr(lock.throughput, field)
-            if theirs is None:
-                continue
-            checks.append(
-                ClaimCheck(
-                    f"oracle.throughput.{field}",
-                    lock.evidence,
-                    f"{ours!r} tok/s",
-                    ours is not None and abs(ours - theirs) <= 1e-12,
-                    f"locked {theirs!r}",
-                )
+    return [*checks, *_throughput_checks(claim.throughput, lock.throughput, lock.evidence)]
+
+
+def _throughput_checks(
+    ours: ThroughputClaim | None, theirs: ThroughputClaim | None, evidence: EvidenceClass
+) -> list[ClaimCheck]:
+    """The lock's throughput claim, recomputed: a lock stating one where the rows give none
+    (or none where they give one) is refused, and so is any other window of tokens."""
+    if ours is None or theirs is None:
+        if ours is theirs:
+            return []
+        return [
+            ClaimCheck(
+                "oracle.throughput",
+                evidence,
+                "not measurable from the bench rows" if ours is None else f"{ours.tokens} tokens",
+                False,
+                f"locked {theirs!r}",
             )
+        ]
+    checks = [_equal("oracle.throughput.tokens", evidence, str(ours.tokens), str(theirs.tokens))]
+    for field in ("conventional_median", "historical_median"):
+        value, locked = getattr(ours, field), getattr(theirs, field)
+        if value is None and locked is None:
+            continue
+        checks.append(
+            ClaimCheck(
+                f"oracle.throughput.{field}",
+                evidence,
+                f"{value!r} tok/s",
+                None not in (value, locked) and abs(value - locked) <= 1e-12,
+                f"locked {locked!r}",
+            )
+        )
     return checks
 
 
@@ -693,15 +727,24 @@ def attestation_checks(sealed: OpenedBundle, integrity: BundleReport) -> list[Cl
     problems = descriptor_differences(
         resolved_dependencies(sealed.lock), stated, what="the sealed lock"
     )
-    if statement.repro_version != sealed.lock.bundle.repro_version:
+    locked = sealed.lock.bundle
+    if statement.repro_version != locked.repro_version:
         problems.insert(
             0,
             f"builder.version: the statement says repro {statement.repro_version}, "
-            f"the sealed lock {sealed.lock.bundle.repro_version}",
+            f"the sealed lock {locked.repro_version}",
         )
+    if not integrity.sealed_run:  # a run is named for itself, its manifest read from the bundle
+        for field, says, lock_says in (
+            ("bundle", statement.bundle_name, locked.name),
+            ("manifest.path", statement.manifest.path, locked.manifest_path),
+        ):
+            if says != lock_says:
+                what = f"externalParameters.{field}"
+                problems.insert(0, f"{what}: the statement says {says!r}, the lock {lock_says!r}")
     checks = [
         ClaimCheck(
-            "statement.resolvedDependencies = the sealed lock",
+            "statement.json = the sealed lock",
             EvidenceClass.SEALED,
             f"{len(stated)} dependencies",
             not problems,

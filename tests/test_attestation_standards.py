@@ -65,7 +65,7 @@ from repro_serving.builder.verify import (
 
 LAGUNA_MANIFEST = REPO_ROOT / "manifests" / "laguna-102tps.toml"
 TINY = REPO_ROOT / "repro" / "tiny-cpu"
-DEPENDENCIES_CLAIM = "statement.resolvedDependencies = the sealed lock"
+DEPENDENCIES_CLAIM = "statement.json = the sealed lock"
 GATES_CLAIM = "test-result.dsse.json = the gates recomputed"
 HANDOFF = ("tools", bundle.LAUNCHER, bundle.README)
 DOCS = REPO_ROOT / "docs" / "attestation"
@@ -339,6 +339,29 @@ def test_a_statement_leaving_out_a_commit_or_adding_a_file_is_refused(
         f"extra.bin: the statement lists sha256 {'1' * 64}, the sealed lock nothing; "
         "vllm: the statement lists nothing, the sealed lock gitCommit "
         + vllm["digest"]["gitCommit"]
+    )
+
+
+def test_a_statement_naming_another_bundle_or_manifest_than_its_lock_is_refused(
+    laguna: Path, copy_of: Callable[[Path], Path]
+) -> None:
+    """The bundle the statement names must be in a directory of that name; the lock names it
+    too, and the manifest's path: a re-signed statement that says otherwise is refused."""
+    target = copy_of(laguna)
+    locked = json.loads((target / bundle.LOCK).read_text())["bundle"]["manifest_path"]
+    document = json.loads(payload(target))
+    parameters = document["predicate"]["buildDefinition"]["externalParameters"]
+    parameters["bundle"] = "another-record"
+    parameters["manifest"]["path"] = "manifests/another.toml"
+    resign(target, document)
+    renamed = target.rename(target.with_name("another-record"))
+    report = verify(renamed, example_trust())
+    assert report.findings == (), "signature, files and directory name hold"
+    assert check(report, DEPENDENCIES_CLAIM) == (
+        False,
+        "externalParameters.manifest.path: the statement says 'manifests/another.toml', the "
+        f"lock {locked!r}; externalParameters.bundle: the statement says 'another-record', "
+        "the lock 'laguna-102tps'",
     )
 
 

@@ -159,7 +159,8 @@ EVIDENCE_EDITS = {
         ["native.roles (live audit of every process)"],
     ),
     "a slower run's offsets": (
-        "evidence/start-1/rows.json", _slower, ["oracle.throughput.conventional_median", README],
+        "evidence/start-1/rows.json", _slower,
+        ["oracle/teacher.json conventional_tok_s", "oracle.throughput.conventional_median", README],
     ),
     "a failed gate": (
         "evidence/verdicts.json", _failed_gate, ["gates (every verdict recomputed)"],
