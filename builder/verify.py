@@ -242,7 +242,7 @@ def recompute(sealed: OpenedBundle, *, handoff: bool = True) -> tuple[ClaimCheck
             return (*checks, *_handoff_checks(sealed, checks, handoff))
         checks.append(_content_check(sealed, handoff))
         rows = _rows(sealed, 1)
-        checks.extend(_oracle_checks(sealed, rows))
+        checks.extend(_oracle_checks(sealed, rows, taught_here=handoff))
         checks.extend(_fresh_start_checks(sealed, rows))
         checks.append(_native_check(sealed))
         checks.append(_dispatch_check(sealed))
@@ -288,7 +288,12 @@ def _manifest_check(sealed: OpenedBundle) -> ClaimCheck:
     )
 
 
-def _oracle_checks(sealed: OpenedBundle, rows: tuple[OracleRow, ...]) -> list[ClaimCheck]:
+def _oracle_checks(
+    sealed: OpenedBundle, rows: tuple[OracleRow, ...], *, taught_here: bool
+) -> list[ClaimCheck]:
+    """The oracle claim recomputed from the bench rows of start 1. `taught_here`: the teacher
+    was captured from these rows (a bundle), so its rate is theirs; a sealed run carries the
+    teacher of the bundle it replayed, whose rate its own rows cannot give."""
     lock = sealed.lock.oracle
     suite_sha = sha256_file(sealed.oracle(SUITE_FILE))
     teacher_bytes = sealed.teacher_bytes()
@@ -332,18 +337,18 @@ def _oracle_checks(sealed: OpenedBundle, rows: tuple[OracleRow, ...]) -> list[Cl
             "; ".join(differs[:SHOWN_DIFFERENCES]),
         )
     )
-    # the rate every throughput floor of a replay scales: the teacher's, recomputed
-    rate = claim.throughput.conventional_median if claim.throughput is not None else None
-    stated = teacher.conventional_tok_s
-    checks.append(
-        ClaimCheck(
-            "oracle/teacher.json conventional_tok_s",
-            lock.evidence,
-            f"{rate!r} tok/s recomputed from the bench rows",
-            stated == rate,  # the same function over the same rows: the same double
-            f"teacher states {stated!r}",
+    if taught_here:  # the rate every throughput floor of a replay scales, recomputed
+        rate = claim.throughput.conventional_median if claim.throughput is not None else None
+        stated = teacher.conventional_tok_s
+        checks.append(
+            ClaimCheck(
+                "oracle/teacher.json conventional_tok_s",
+                lock.evidence,
+                f"{rate!r} tok/s recomputed from the bench rows",
+                stated == rate,  # the same function over the same rows: the same double
+                f"teacher states {stated!r}",
+            )
         )
-    )
     return [*checks, *_throughput_checks(claim.throughput, lock.throughput, lock.evidence)]
 
 
