@@ -106,7 +106,7 @@ def verify(
         return VerifyReport(path, integrity.key_ids, (), integrity.findings)
     sealed = OpenedBundle.read(path, anchor)
     checks = (
-        *recompute(sealed, handoff=not integrity.sealed_run),
+        *recompute(sealed, handoff=not integrity.sealed_run, sealed_run=integrity.sealed_run),
         *attestation_checks(sealed, integrity),
     )
     if not host:
@@ -232,9 +232,13 @@ class SealedAudit:
 # --- claims recomputed from the sealed evidence ------------------------------------------------
 
 
-def recompute(sealed: OpenedBundle, *, handoff: bool = True) -> tuple[ClaimCheck, ...]:
-    """Every claim of the lock recomputed from the sealed evidence; with `handoff` (a bundle, not
-    a sealed run), also its launcher, tools and README (`builder.handoff`)."""
+def recompute(
+    sealed: OpenedBundle, *, handoff: bool = True, sealed_run: bool = False
+) -> tuple[ClaimCheck, ...]:
+    """Every claim of the lock recomputed from the sealed evidence; with `handoff` (a bundle
+    sealed, not one being staged nor a sealed run), also its launcher, tools and README
+    (`builder.handoff`). `sealed_run`: a run sealed by `repro launch`, whose teacher is the
+    bundle's."""
     checks: list[ClaimCheck] = [_manifest_check(sealed)]
     try:
         if sealed.lock.record is not None:
@@ -242,7 +246,7 @@ def recompute(sealed: OpenedBundle, *, handoff: bool = True) -> tuple[ClaimCheck
             return (*checks, *_handoff_checks(sealed, checks, handoff))
         checks.append(_content_check(sealed, handoff))
         rows = _rows(sealed, 1)
-        checks.extend(_oracle_checks(sealed, rows, taught_here=handoff))
+        checks.extend(_oracle_checks(sealed, rows, taught_here=not sealed_run))
         checks.extend(_fresh_start_checks(sealed, rows))
         checks.append(_native_check(sealed))
         checks.append(_dispatch_check(sealed))
