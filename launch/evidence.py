@@ -34,7 +34,13 @@ class OracleRow(_Record):
     cached_tokens: int | None
     """`usage.prompt_tokens_details.cached_tokens`; None when the server did not report it."""
     token_offsets_s: tuple[float, ...]
-    """Arrival offset of each token id from the request's start, in stream order."""
+    """Arrival offset of each token id from the request's start, in stream order: when the
+    socket read that brought its event returned."""
+    token_read_events: tuple[int, ...] | None = None
+    """For each token id, how many token-bearing events the read that brought it carried: 1
+    when the client read its event as it came, more when the client was late and read a
+    backlog (those events' offsets are not their arrival). None in a record that did not count
+    (e.g. a historical bench file): its offsets are taken as arrivals."""
     ttft_s: float
     finish_reason: str | None = None
     text: str | None = None
@@ -42,7 +48,10 @@ class OracleRow(_Record):
     sha256 is `text_sha256`. A record that kept only the hash leaves it None."""
 
     @model_validator(mode="after")
-    def _text_matches_its_hash(self) -> Self:
+    def _consistent(self) -> Self:
+        counts = self.token_read_events
+        if counts is not None:
+            self._reads_fit_offsets(counts)
         if self.text is not None:
             digest = hashlib.sha256(self.text.encode("utf-8")).hexdigest()
             if digest != self.text_sha256:
@@ -51,6 +60,26 @@ class OracleRow(_Record):
                     f"{self.text_sha256}"
                 )
         return self
+
+    def _reads_fit_offsets(self, counts: tuple[int, ...]) -> None:
+        """One read, one time: tokens of one read share its offset and its count of events,
+        and a read of k events brought at least k tokens."""
+        offsets = self.token_offsets_s
+        if len(counts) != len(offsets) or any(count < 1 for count in counts):
+            raise ValueError(
+                f"row {self.prompt_id}: token_read_events must count at least 1 event for "
+                f"each of its {len(offsets)} token offsets"
+            )
+        reads: dict[float, list[int]] = {}
+        for offset, count in zip(offsets, counts, strict=True):
+            reads.setdefault(offset, []).append(count)
+        for offset, shared in reads.items():
+            if len(set(shared)) != 1 or len(shared) < shared[0]:
+                raise ValueError(
+                    f"row {self.prompt_id}: the {len(shared)} token(s) at offset {offset!r} "
+                    f"count {sorted(set(shared))} events for their read: one read brings each "
+                    "of its events' tokens at one time"
+                )
 
 
 class TeacherRow(_Record):

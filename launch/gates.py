@@ -396,7 +396,7 @@ def throughput(gate: ThroughputGate, rows: Sequence[OracleRow], sealed: float) -
     relation = ">=" if passed else "<"
     summary = (
         f"conventional median {median:.2f} tok/s over {gate.tokens} tokens {relation} floor "
-        f"{floor_rate:.2f} ({gate.floor} of sealed {sealed:.2f})"
+        f"{floor_rate:.2f} ({gate.floor} of sealed {sealed:.2f}){measured.summary_of_left_out}"
     )
     details: dict[str, object] = {
         "tokens": gate.tokens,
@@ -405,6 +405,7 @@ def throughput(gate: ThroughputGate, rows: Sequence[OracleRow], sealed: float) -
         "floor": gate.floor,
         "floor_rate": floor_rate,
         "rows": {rate.prompt_id: rate.conventional for rate in measured.rows},
+        "left_out": {row.prompt_id: row.reason for row in measured.left_out},
     }
     if gate.record_historical:
         summary += f"; historical N/span median {measured.historical_median:.2f} (not gated)"
@@ -423,16 +424,22 @@ def fresh_start_throughput(
     over `tokens` tokens differ by at most `gate.relative_tolerance` of the first one's."""
     name = "fresh_start_throughput"
     try:
-        reference = measure(first, tokens).conventional_median
-        found = measure(again, tokens).conventional_median
+        measured_first, measured_again = measure(first, tokens), measure(again, tokens)
     except UnmeasurableRow as error:
         return _verdict(name, False, error.what, where=error.where, found=error.found)
+    reference = measured_first.conventional_median
+    found = measured_again.conventional_median
     deviation = abs(found - reference) / reference
     passed = deviation <= gate.relative_tolerance
     relation = "<=" if passed else ">"
     summary = (
         f"start {start} {found:.2f} tok/s vs start 1 {reference:.2f} tok/s over {tokens} "
         f"tokens: deviation {deviation:.4f} {relation} {gate.relative_tolerance}"
+        + "".join(
+            f" (start {number}{measured.summary_of_left_out})"
+            for number, measured in ((1, measured_first), (start, measured_again))
+            if measured.left_out
+        )
     )
     return _verdict(
         name,
@@ -636,7 +643,7 @@ def judge_run(
     (`LIVE_AUDIT_GATE:start-N`)."""
     verdicts = judge(gates, evidence, kernel_markers=kernel_markers)
     if evidence.teacher is None:
-        verdicts = tuple(_capturing(verdict) for verdict in verdicts)
+        verdicts = tuple(_capturing(verdict, gates, evidence) for verdict in verdicts)
     return verdicts
 
 
@@ -654,8 +661,34 @@ def audit_verdict(start: int, roles: Sequence[str], files: int, drifts: Sequence
     return Verdict(gate=gate, status=VerdictStatus.FAIL, summary=summary, details=details)
 
 
-def _capturing(verdict: Verdict) -> Verdict:
+def _capturing(verdict: Verdict, gates: Gates, evidence: RunEvidence) -> Verdict:
     if verdict.gate not in TEACHER_GATES or verdict.status is VerdictStatus.NOT_APPLICABLE:
         return verdict
+    if verdict.gate == "throughput" and gates.throughput is not None and evidence.rows:
+        return captured_throughput(gates.throughput, evidence.rows)
     summary = "no teacher given: this run captures the teacher"
     return Verdict(gate=verdict.gate, status=VerdictStatus.NOT_APPLICABLE, summary=summary)
+
+
+def captured_throughput(gate: ThroughputGate, rows: Sequence[OracleRow]) -> Verdict:
+    """The rate a run capturing the teacher seals for the floor to scale: measured, or the
+    reason it cannot be (then nothing may be sealed from the run)."""
+    try:
+        measured = measure(rows, gate.tokens)
+    except UnmeasurableRow as error:
+        return _verdict("throughput", False, error.what, where=error.where, found=error.found)
+    summary = (
+        f"captures the teacher's rate: conventional median {measured.conventional_median:.2f} "
+        f"tok/s over {gate.tokens} tokens{measured.summary_of_left_out}"
+    )
+    return Verdict(
+        gate="throughput",
+        status=VerdictStatus.NOT_APPLICABLE,
+        summary=summary,
+        details={
+            "tokens": gate.tokens,
+            "conventional_median": measured.conventional_median,
+            "rows": {rate.prompt_id: rate.conventional for rate in measured.rows},
+            "left_out": {row.prompt_id: row.reason for row in measured.left_out},
+        },
+    )

@@ -4,8 +4,12 @@ This module owns how a suite becomes `OracleRow`s (DESIGN.md, "Oracle and gates"
 is one streamed request (chat or completion API, the suite's max_tokens, seed and temperature,
 the manifest's chat template kwargs) with `"return_token_ids": true` and
 `"stream_options": {"include_usage": true}`; the token ids, the text, the usage (prompt tokens,
-`prompt_tokens_details.cached_tokens`) and the arrival offset of every token id on the
-monotonic clock from the request's start are taken from the stream as it comes. There is no
+`prompt_tokens_details.cached_tokens`) and the arrival of every token id are taken from the
+stream as it comes. A token arrives with the socket read that brought its event: its offset is
+when that read returned (monotonic clock, from the request's start), and it is counted how many
+token-bearing events that read brought: one when the client read the event as it came, more
+when the client was late and read a backlog, whose events' offsets are then not their arrival
+(`launch.throughput` leaves such a row out of a rate rather than believe it). There is no
 retry and no warm-up generation: the first answer is the answer. It also reads `/metrics` as
 raw text, kept as evidence and diffed by `launch.metrics`.
 
@@ -18,7 +22,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-import time
+from collections import Counter
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Final
@@ -29,6 +33,7 @@ from pydantic import JsonValue
 from repro_serving.builder.errors import NotObservable
 from repro_serving.builder.manifest import Prompt, Suite
 from repro_serving.launch.evidence import OracleRow
+from repro_serving.launch.timedpost import BodyPiece, PostFailed, TimedPost
 
 ENDPOINTS: Final = {"chat": "/v1/chat/completions", "completion": "/v1/completions"}
 METRICS_PATH: Final = "/metrics"
@@ -111,38 +116,69 @@ def answer_suite(client: httpx.Client, request: OracleRequest) -> Iterator[Oracl
 def answer_prompt(
     client: httpx.Client, request: OracleRequest, index: int, prompt: Prompt
 ) -> OracleRow:
-    """One streamed request; the row of what it answered."""
+    """One streamed request; the row of what it answered. The request goes on a socket of its
+    own (`launch.timedpost`) to the client's server, so that each token is timed by the read
+    that brought it."""
     path = ENDPOINTS[request.suite.api]
     where = f"prompt {index} ({prompt.id}), POST {client.base_url}{path}"
+    url = client.base_url
+    if url.scheme != "http" or url.port is None:
+        raise OracleFailed(
+            "the oracle streams from a plain HTTP server on a known port",
+            where=where,
+            expected="http://HOST:PORT",
+            found=str(url),
+        )
     stream = _Stream(where)
-    started = time.perf_counter()
+    body = json.dumps(request_body(request, prompt)).encode()
+    target = url.raw_path.decode("ascii").rstrip("/") + path
     try:
-        with client.stream("POST", path, json=request_body(request, prompt)) as response:
-            _require_ok(response, path, prompt=where)
-            for line in response.iter_lines():
-                stream.take(line, time.perf_counter() - started)
-    except httpx.HTTPError as error:
-        raise _unreachable(client, path, error, where=where, tokens_so_far=stream.tokens) from error
+        with TimedPost(url.host, url.port, target, body, timeout_s=REQUEST_TIMEOUT_S) as answer:
+            if answer.status != httpx.codes.OK:
+                raise _refused(answer.status, answer.text(500), path, where)
+            for piece in answer.body():
+                stream.feed(piece)
+    except PostFailed as error:
+        raise OracleFailed(
+            "the server stopped answering",
+            where=where,
+            expected="a complete answer",
+            found=f"{error} after {stream.tokens} streamed token(s)",
+            hint="the server's log tells why it went away",
+        ) from error
     return stream.row(prompt.id, index)
 
 
 class _Stream:
-    """The server-sent events of one request, folded into a row as they arrive."""
+    """The server-sent events of one request, folded into a row as their reads bring them."""
 
     def __init__(self, where: str) -> None:
         self.where = where
         self.token_ids: list[int] = []
         self.offsets: list[float] = []
+        self.reads: list[int] = []
+        """The read that brought each token's event."""
+        self.events_per_read: Counter[int] = Counter()
+        """How many token-bearing events each read brought."""
         self.text: list[str] = []
         self.usage: dict[str, Any] | None = None
         self.finish_reason: str | None = None
         self.done = False
+        self._pending = b""
+        self._pending_piece: BodyPiece | None = None
 
     @property
     def tokens(self) -> int:
         return len(self.token_ids)
 
-    def take(self, line: str, offset_s: float) -> None:
+    def feed(self, piece: BodyPiece) -> None:
+        """Each line `piece` completes, taken as of the read that brought its last byte."""
+        *lines, self._pending = (self._pending + piece.data).split(b"\n")
+        self._pending_piece = piece
+        for line in lines:
+            self.take(line.rstrip(b"\r").decode("utf-8", errors="replace"), piece)
+
+    def take(self, line: str, piece: BodyPiece) -> None:
         if not line.startswith(DATA_PREFIX):
             return
         data = line.removeprefix(DATA_PREFIX).strip()
@@ -153,7 +189,7 @@ class _Stream:
         if isinstance(chunk.get("usage"), dict):
             self.usage = chunk["usage"]
         for choice in chunk.get("choices") or ():
-            self._take_choice(choice, offset_s)
+            self._take_choice(choice, piece)
 
     def _parse(self, data: str) -> dict[str, Any]:
         try:
@@ -172,10 +208,13 @@ class _Stream:
             )
         return chunk
 
-    def _take_choice(self, choice: dict[str, Any], offset_s: float) -> None:
+    def _take_choice(self, choice: dict[str, Any], piece: BodyPiece) -> None:
         ids = choice.get("token_ids") or ()
+        if ids:
+            self.events_per_read[piece.read] += 1
         self.token_ids.extend(int(token) for token in ids)
-        self.offsets.extend(offset_s for _ in ids)
+        self.offsets.extend(piece.offset_s for _ in ids)
+        self.reads.extend(piece.read for _ in ids)
         delta = choice.get("delta")
         text = delta.get("content") if isinstance(delta, dict) else choice.get("text")
         if isinstance(text, str):
@@ -184,6 +223,8 @@ class _Stream:
             self.finish_reason = str(choice["finish_reason"])
 
     def row(self, prompt_id: str, index: int) -> OracleRow:
+        if self._pending.strip() and self._pending_piece is not None:  # a last line, unended
+            self.take(self._pending.decode("utf-8", errors="replace"), self._pending_piece)
         if not self.done:
             raise self._malformed("a stream ending with [DONE]", "the stream ended without it")
         if not self.token_ids:
@@ -204,6 +245,7 @@ class _Stream:
             completion_tokens=int(usage["completion_tokens"]),
             cached_tokens=_cached_tokens(usage),
             token_offsets_s=tuple(self.offsets),
+            token_read_events=tuple(self.events_per_read[read] for read in self.reads),
             ttft_s=self.offsets[0],
             finish_reason=self.finish_reason,
         )
@@ -241,32 +283,26 @@ def _get_json(client: httpx.Client, path: str) -> dict[str, Any]:
     return document
 
 
-def _require_ok(response: httpx.Response, path: str, *, prompt: str | None = None) -> None:
-    if response.status_code == httpx.codes.OK:
-        return
-    body = response.read().decode(errors="replace")[:500]
-    raise OracleFailed(
-        f"the server answered HTTP {response.status_code}",
-        where=prompt or f"{response.request.url}",
+def _require_ok(response: httpx.Response, path: str) -> None:
+    if response.status_code != httpx.codes.OK:
+        body = response.read().decode(errors="replace")[:500]
+        raise _refused(response.status_code, body, path, str(response.request.url))
+
+
+def _refused(status: int, body: str, path: str, where: str) -> OracleFailed:
+    return OracleFailed(
+        f"the server answered HTTP {status}",
+        where=where,
         expected=f"HTTP 200 from {path}",
-        found=f"HTTP {response.status_code}: {body}",
+        found=f"HTTP {status}: {body}",
     )
 
 
-def _unreachable(
-    client: httpx.Client,
-    path: str,
-    error: httpx.HTTPError,
-    *,
-    where: str | None = None,
-    tokens_so_far: int | None = None,
-) -> OracleFailed:
+def _unreachable(client: httpx.Client, path: str, error: httpx.HTTPError) -> OracleFailed:
     found = f"{type(error).__name__}: {error}" if str(error) else type(error).__name__
-    if tokens_so_far is not None:
-        found += f" after {tokens_so_far} streamed token(s)"
     return OracleFailed(
         "the server stopped answering",
-        where=where or f"{client.base_url}{path}",
+        where=f"{client.base_url}{path}",
         expected="a complete answer",
         found=found,
         hint="the server's log tells why it went away",

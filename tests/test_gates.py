@@ -501,6 +501,53 @@ def test_a_row_too_short_for_the_window_fails_the_throughput_gate(record: Record
     assert verdict.details == {"where": "row 10 (structured-extraction)", "found": "296"}
 
 
+def read_late(rows: Sequence[OracleRow], *prompt_ids: str) -> tuple[OracleRow, ...]:
+    """`rows` counted as read as they came, but those of `prompt_ids`, whose first token came
+    in a read of five events (as a client not scheduled for a while reads them)."""
+    counted = []
+    for row in rows:
+        counts = [1] * len(row.token_offsets_s)
+        if row.prompt_id in prompt_ids:
+            counts[0] = 5
+        counted.append(row.model_copy(update={"token_read_events": tuple(counts)}))
+    return tuple(counted)
+
+
+def test_a_row_read_out_of_a_backlog_is_left_out_of_the_gated_median_by_name(
+    record: Record,
+) -> None:
+    rows = record.bench.rows
+    late = rows[0].prompt_id
+    verdict = gates.throughput(THROUGHPUT, read_late(rows, late), CONVENTIONAL_MEDIAN)
+    kept = gates.throughput(THROUGHPUT, rows[1:], CONVENTIONAL_MEDIAN)
+    assert verdict.details["conventional_median"] == kept.details["conventional_median"]
+    assert verdict.details["left_out"] == {late: "token 0 in a read of 5 events"}
+    assert verdict.summary.endswith(
+        f"; 1 of {len(rows)} rows left out ({late}: token 0 in a read of 5 events)"
+    )
+    assert late not in verdict.details["rows"]  # type: ignore[operator]
+
+
+def test_a_run_capturing_the_teacher_states_the_rate_it_seals_or_fails_without_one(
+    record: Record,
+) -> None:
+    """The teacher's rate is what every replay's floor scales: a run capturing it says which
+    rate it captured, and fails when most rows were read out of a backlog (nothing to seal)."""
+    evidence = record.run_evidence().model_copy(update={"teacher": None})
+    (captured,) = (v for v in gates.judge_run(GATES, evidence) if v.gate == "throughput")
+    assert captured.status is VerdictStatus.NOT_APPLICABLE
+    assert captured.summary == (
+        f"captures the teacher's rate: conventional median {CONVENTIONAL_MEDIAN:.2f} tok/s "
+        "over 100 tokens"
+    )
+    half = len(evidence.rows or ()) // 2 + 1
+    late = [row.prompt_id for row in (evidence.rows or ())[:half]]
+    unread = evidence.model_copy(update={"rows": read_late(evidence.rows or (), *late)})
+    (refused,) = (v for v in gates.judge_run(GATES, unread) if v.gate == "throughput")
+    assert refused.status is VerdictStatus.FAIL
+    assert refused.summary == "the client read most rows out of a backlog: the suite has no rate"
+
+
 # --- judge --------------------------------------------------------------------------------------
 
 

@@ -9,7 +9,10 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
+import subprocess
 import threading
+import time
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -21,6 +24,7 @@ from conftest import REPO_ROOT, TinyServer
 from repro_serving.builder.manifest import Suite
 from repro_serving.launch import oracle
 from repro_serving.launch.evidence import OracleRow
+from repro_serving.launch.throughput import UnobservedWindow, row_span
 
 SUITE = Suite.from_path(REPO_ROOT / "manifests" / "suites" / "tiny-cpu.json")
 COMPLETION_SUITE = Suite.from_path(REPO_ROOT / "tests" / "manifests" / "suites" / "completion.json")
@@ -52,9 +56,10 @@ GOOD_STREAM = [
 
 
 class Replay(BaseHTTPRequestHandler):
-    """Answers every POST with the class's `stream`, then closes; records each request body."""
+    """Answers every POST with the class's `stream`, then closes; records each request body.
+    Each bytes part is one write; a number in the stream is a pause of that many seconds."""
 
-    stream: ClassVar[list[bytes]] = []
+    stream: ClassVar[list[bytes | float]] = []
     status: ClassVar[int] = 200
     bodies: ClassVar[list[dict[str, Any]]] = []
 
@@ -66,6 +71,9 @@ class Replay(BaseHTTPRequestHandler):
         self.send_header("Connection", "close")
         self.end_headers()
         for part in self.stream:
+            if isinstance(part, float):
+                time.sleep(part)
+                continue
             self.wfile.write(part)
             self.wfile.flush()
 
@@ -164,7 +172,7 @@ def test_a_stream_without_what_the_oracle_records_is_refused_by_prompt(
     replay: tuple[str, type[Replay]], stream: list[bytes], expected: str, found: str
 ) -> None:
     base_url, handler = replay
-    handler.stream = stream
+    handler.stream = list(stream)
     with pytest.raises(oracle.OracleFailed) as failed:
         ask_first(base_url)
     assert failed.value.where == f"prompt 0 (greeting), POST {base_url}/v1/chat/completions"
@@ -191,8 +199,68 @@ def test_no_server_is_refused_as_not_answering_and_nothing_is_retried(tmp_path: 
     with pytest.raises(oracle.OracleFailed) as failed:
         ask_first(base_url)
     assert failed.value.what == "the server stopped answering"
-    assert str(failed.value.found).startswith("ConnectError")
+    assert str(failed.value.found).startswith("ConnectionRefusedError")
     assert failed.value.exit_code == 3
+
+
+PAUSE = 0.1
+"""Long enough for the client to be waiting in its read when the next write comes."""
+
+
+def test_each_token_is_timed_by_the_read_that_brought_it_and_a_backlog_is_counted(
+    replay: tuple[str, type[Replay]],
+) -> None:
+    """Events written apart arrive in reads of their own; three written at once arrive in one
+    read, which brought three token-bearing events; an event cut across two writes is timed by
+    the read that completed it."""
+    base_url, handler = replay
+    first, second, third, fourth = (
+        chunk(choices=[chat_choice(t, [i])]) for i, t in enumerate("abcd")
+    )
+    handler.stream = [
+        ROLE_CHUNK, PAUSE, first, PAUSE, second + third + fourth, PAUSE,
+        GOOD_STREAM[2][:20], PAUSE, GOOD_STREAM[2][20:], chunk(choices=[], usage=USAGE),
+        b"data: [DONE]\n\n",
+    ]  # fmt: skip
+    row = ask_first(base_url)
+    assert row.token_ids == (0, 1, 2, 3, 125, 27)
+    assert row.token_read_events == (1, 3, 3, 3, 1, 1)
+    offsets = row.token_offsets_s
+    assert offsets[1] == offsets[2] == offsets[3], "one read, one time"
+    assert offsets[1] - offsets[0] >= PAUSE and offsets[4] - offsets[3] >= 2 * PAUSE
+    assert row.text == "abcdllo"
+
+
+@pytest.mark.server
+def test_a_client_stalled_while_the_real_server_streams_reads_a_backlog_and_says_so(
+    tiny_server: TinyServer,
+) -> None:
+    """The client process is stopped for half a second while the server streams a long answer
+    (prompt 0 runs to 400 tokens on the tiny model): the tokens that piled up come in one read,
+    counted as such, and a window ending among them has no rate."""
+    long = SUITE.model_copy(update={"max_tokens": 400})
+    with oracle.client_for(tiny_server.base_url) as client:
+        request = oracle.OracleRequest(long, oracle.served_model(client))
+        stopper = subprocess.Popen(
+            [
+                "sh",
+                "-c",
+                f"sleep 0.3; kill -STOP {os.getpid()}; sleep 0.5; kill -CONT {os.getpid()}",
+            ]
+        )
+        try:
+            row = oracle.answer_prompt(client, request, 0, long.prompts[0])
+        finally:
+            stopper.wait()
+    counts = row.token_read_events
+    assert counts is not None and len(counts) == len(row.token_ids) > 100
+    late = [index for index, count in enumerate(counts) if count > 1]
+    assert late, "half a second of tokens cannot have come one read each"
+    backlog = counts[late[0]]
+    assert backlog > 10 and counts[late[0] : late[0] + backlog] == (backlog,) * backlog
+    assert row.token_offsets_s[late[0] + backlog - 1] - row.token_offsets_s[late[0]] < 0.05
+    with pytest.raises(UnobservedWindow):
+        row_span(row, late[0] + 1)
 
 
 @pytest.mark.server

@@ -9,10 +9,21 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from repro_serving.launch.evidence import OracleRow
-from repro_serving.launch.throughput import UnmeasurableRow, measure, row_rate, row_span
+from repro_serving.launch.throughput import (
+    UnmeasurableRow,
+    UnobservedWindow,
+    measure,
+    row_rate,
+    row_span,
+)
 
 
-def row(offsets: Sequence[float], prompt_id: str = "p", index: int = 0) -> OracleRow:
+def row(
+    offsets: Sequence[float],
+    prompt_id: str = "p",
+    index: int = 0,
+    reads: Sequence[int] | None = None,
+) -> OracleRow:
     return OracleRow(
         prompt_id=prompt_id,
         prompt_index=index,
@@ -22,8 +33,16 @@ def row(offsets: Sequence[float], prompt_id: str = "p", index: int = 0) -> Oracl
         completion_tokens=len(offsets),
         cached_tokens=0,
         token_offsets_s=tuple(offsets),
+        token_read_events=None if reads is None else tuple(reads),
         ttft_s=offsets[0] if offsets else 0.0,
     )
+
+
+STEADY = [0.0, 0.5, 1.0, 1.5]
+"""Four tokens 0.5 s apart: 2 tok/s over 4 tokens when read as they came."""
+BACKLOG = [0.1, 0.1, 0.4, 0.4]
+"""Four tokens out of two late reads of two events each: 10 tok/s, the client's pace, not the
+server's."""
 
 
 def test_span_starts_at_the_first_token_and_ends_at_the_nth() -> None:
@@ -104,3 +123,87 @@ def test_the_two_conventions_differ_by_exactly_n_over_n_minus_one(
     rate = row_rate(row(offsets), tokens)
     assert rate.historical == pytest.approx(rate.conventional * tokens / (tokens - 1), rel=1e-12)
     assert rate.conventional == (tokens - 1) / (offsets[-1] - offsets[0])
+
+
+# --- what the client did not see as it came -----------------------------------------------------
+
+
+def test_a_row_whose_window_was_read_out_of_a_backlog_is_left_out_by_name() -> None:
+    rows = [
+        row(STEADY, "a", 0, reads=[1, 1, 1, 1]),
+        row(BACKLOG, "late", 1, reads=[2, 2, 2, 2]),
+        row([0.0, 0.25, 0.5, 0.75], "b", 2, reads=[1, 1, 1, 1]),
+    ]
+    measured = measure(rows, 4)
+    assert [r.prompt_id for r in measured.rows] == ["a", "b"]
+    assert measured.conventional_median == 3.0, "the median of 2 and 4 tok/s; 10 left out"
+    (left,) = measured.left_out
+    assert left.prompt_id == "late"
+    assert left.reason == "token 0 in a read of 2 events; token 3 in a read of 2 events"
+    assert measured.summary_of_left_out == f"; 1 of 3 rows left out (late: {left.reason})"
+
+
+def test_only_the_ends_of_the_window_must_be_read_alone() -> None:
+    """A backlog inside the window moves no end: the span is still first to N-th arrival."""
+    inside = row([0.0, 0.9, 0.9, 0.9, 1.5], reads=[1, 3, 3, 3, 1])
+    assert measure([inside], 5).conventional_median == 4 / 1.5
+    for offsets, late_end in (
+        ([0.0, 0.0, 1.0, 1.5], [2, 2, 1, 1]),
+        ([0, 0.5, 1.5, 1.5], [1, 1, 2, 2]),
+    ):
+        with pytest.raises(UnobservedWindow):
+            row_span(row(offsets, "x", 5, reads=late_end), 4)
+    after = row([*STEADY, 9.0, 9.0], reads=[1, 1, 1, 1, 2, 2])
+    assert row_span(after, 4) == 1.5, "a backlog after the window"
+
+
+def test_a_backlog_is_named_before_the_zero_span_it_causes() -> None:
+    """Events of one read can share an offset: the backlog is why, not the server's burst."""
+    with pytest.raises(UnobservedWindow) as caught:
+        row_span(row([0.2, 0.2, 0.2], "all-at-once", 3, reads=[3, 3, 3]), 3)
+    assert caught.value.diagnostics() == (
+        "error: row 'all-at-once' was read out of a backlog: the client was late\n"
+        "  where:    row 3 (all-at-once)\n"
+        "  expected: tokens 0 and 2 each read alone, as they came\n"
+        "  found:    token 0 in a read of 3 events; token 2 in a read of 3 events"
+    )
+
+
+def test_a_suite_read_mostly_out_of_a_backlog_has_no_rate() -> None:
+    rows = [
+        row(STEADY, "a", 0, reads=[1, 1, 1, 1]),
+        row(BACKLOG, "b", 1, reads=[2, 2, 2, 2]),
+        row([0.1, 0.1, 0.2, 0.3], "c", 2, reads=[2, 2, 1, 1]),
+    ]
+    with pytest.raises(UnmeasurableRow) as caught:
+        measure(rows, 4)
+    assert caught.value.what == "the client read most rows out of a backlog: the suite has no rate"
+    assert caught.value.expected == "at least 2 rows read as they came"
+    assert caught.value.found == (
+        "1; b: token 0 in a read of 2 events; token 3 in a read of 2 events; "
+        "c: token 0 in a read of 2 events"
+    )
+    assert measure(rows[:2], 4).conventional_median == 2.0, "half the rows is enough"
+
+
+def test_a_record_that_did_not_count_reads_is_taken_as_read_as_it_came() -> None:
+    assert measure([row(BACKLOG, reads=None)], 4).conventional_median == pytest.approx(10.0)
+
+
+@pytest.mark.parametrize(
+    ("offsets", "reads", "message"),
+    [
+        (STEADY, [1, 1, 1], "token_read_events must count at least 1 event"),
+        (STEADY, [1, 0, 1, 1], "token_read_events must count at least 1 event"),
+        (STEADY, [1, 2, 1, 1], r"the 1 token\(s\) at offset 0.5 count \[2\] events"),
+        (BACKLOG, [2, 1, 2, 2], r"the 2 token\(s\) at offset 0.1 count \[1, 2\] events"),
+        ([0.1, 0.1, 0.1, 0.4], [4, 4, 4, 1], r"the 3 token\(s\) at offset 0.1 count \[4\]"),
+    ],
+    ids=["short", "zero", "alone-in-a-read-of-two", "one-read-two-counts", "fewer-than-events"],
+)
+def test_a_count_of_reads_that_does_not_fit_the_offsets_is_refused(
+    offsets: list[float], reads: list[int], message: str
+) -> None:
+    """A read's events share its time: a count that no read could give is not evidence."""
+    with pytest.raises(ValueError, match=message):
+        row(offsets, reads=reads)

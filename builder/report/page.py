@@ -217,6 +217,9 @@ def _timings(
             + ("" if throughput.gated else ", the rate a replay of this bundle must reach")
             + ".</p>"
         )
+        if throughput.left_out:
+            named = "; ".join(f"{k}: {v}" for k, v in throughput.left_out.items())
+            summary += f'<p class="problem">Left out of the medians: {_e(named)}.</p>'
         if throughput.problem:
             summary += f'<p class="problem">{_e(throughput.problem)}</p>'
     rows = [
