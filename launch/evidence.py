@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import hashlib
 from enum import StrEnum
+from itertools import pairwise
 from typing import Self
 
 from pydantic import BaseModel, ConfigDict, Field, RootModel, model_validator
@@ -36,11 +37,14 @@ class OracleRow(_Record):
     token_offsets_s: tuple[float, ...]
     """Arrival offset of each token id from the request's start, in stream order: when the
     socket read that brought its event returned."""
-    token_read_events: tuple[int, ...] | None = None
-    """For each token id, how many token-bearing events the read that brought it carried: 1
-    when the client read its event as it came, more when the client was late and read a
-    backlog (those events' offsets are not their arrival). None in a record that did not count
-    (e.g. a historical bench file): its offsets are taken as arrivals."""
+    token_reads: tuple[int, ...] | None = None
+    """For each token id, the number of the socket read that brought its event (counted from
+    0 over the whole answer). Several events in one read were read out of a backlog: the
+    client was late, and their offsets are not their arrival. None in a record that did not
+    number its reads (e.g. a historical bench file): its offsets are taken as arrivals."""
+    token_events: tuple[int, ...] | None = None
+    """For each token id, the number of its event among the answer's token-bearing events
+    (from 0); the ids of one event came together. Set with `token_reads`, or not at all."""
     ttft_s: float
     finish_reason: str | None = None
     text: str | None = None
@@ -49,9 +53,9 @@ class OracleRow(_Record):
 
     @model_validator(mode="after")
     def _consistent(self) -> Self:
-        counts = self.token_read_events
-        if counts is not None:
-            self._reads_fit_offsets(counts)
+        problem = _stream_problem(self)
+        if problem is not None:
+            raise ValueError(f"row {self.prompt_id}: {problem}")
         if self.text is not None:
             digest = hashlib.sha256(self.text.encode("utf-8")).hexdigest()
             if digest != self.text_sha256:
@@ -61,25 +65,43 @@ class OracleRow(_Record):
                 )
         return self
 
-    def _reads_fit_offsets(self, counts: tuple[int, ...]) -> None:
-        """One read, one time: tokens of one read share its offset and its count of events,
-        and a read of k events brought at least k tokens."""
-        offsets = self.token_offsets_s
-        if len(counts) != len(offsets) or any(count < 1 for count in counts):
-            raise ValueError(
-                f"row {self.prompt_id}: token_read_events must count at least 1 event for "
-                f"each of its {len(offsets)} token offsets"
+
+def _stream_problem(row: OracleRow) -> str | None:
+    """What no stream could have given in the row's arrivals; None when they fit together:
+    one offset per token id, in order; and where the oracle numbered reads and events, the
+    first offset the TTFT, events numbered 0, 1, 2, … each within one read, reads in order, and
+    the ids of one read at its one time, later reads later."""
+    offsets = row.token_offsets_s
+    if len(offsets) != len(row.token_ids):
+        return f"{len(offsets)} token offsets for {len(row.token_ids)} token ids"
+    if any(later < earlier for earlier, later in pairwise(offsets)):
+        return "token offsets go back in time"
+    reads, events = row.token_reads, row.token_events
+    if reads is None and events is None:  # another producer's: its TTFT may be its own measure
+        return None
+    if offsets and row.ttft_s != offsets[0]:
+        return f"ttft_s {row.ttft_s!r} is not the first token's offset {offsets[0]!r}"
+    if reads is None or events is None or not len(reads) == len(events) == len(offsets):
+        return (
+            f"token_reads ({'none' if reads is None else len(reads)}) and token_events "
+            f"({'none' if events is None else len(events)}) must both number each of the "
+            f"{len(offsets)} token ids"
+        )
+    steps = list(zip(offsets, reads, events, strict=True))
+    if steps and steps[0][2] != 0:
+        return f"the first token's event is numbered {steps[0][2]}, not 0"
+    for index, ((offset, read, event), (offset2, read2, event2)) in enumerate(pairwise(steps)):
+        token = index + 1
+        if event2 not in (event, event + 1):
+            return f"token {token}'s event {event2} follows event {event}: events count 0, 1, 2"
+        if read2 < read or (event2 == event and read2 != read):
+            return f"token {token} came in read {read2} after read {read}, in event {event2}"
+        if (read2 == read) != (offset2 == offset):
+            return (
+                f"tokens {token - 1} and {token} at offsets {offset!r} and {offset2!r} in reads "
+                f"{read} and {read2}: one read has one time, a later read a later one"
             )
-        reads: dict[float, list[int]] = {}
-        for offset, count in zip(offsets, counts, strict=True):
-            reads.setdefault(offset, []).append(count)
-        for offset, shared in reads.items():
-            if len(set(shared)) != 1 or len(shared) < shared[0]:
-                raise ValueError(
-                    f"row {self.prompt_id}: the {len(shared)} token(s) at offset {offset!r} "
-                    f"count {sorted(set(shared))} events for their read: one read brings each "
-                    "of its events' tokens at one time"
-                )
+    return None
 
 
 class TeacherRow(_Record):
@@ -177,6 +199,18 @@ class Verdicts(RootModel[tuple[Verdict, ...]]):
 
 
 class Rows(RootModel[tuple[OracleRow, ...]]):
-    """`start-N/rows.json`: the suite's rows of one start, in prompt order."""
+    """`start-N/rows.json`: the suite's rows of one start, in prompt order. Written by the
+    oracle, each numbers the read and the event of every token: a row without them would take
+    every offset as an arrival, so it is refused."""
 
     model_config = ConfigDict(frozen=True, strict=True)
+
+    @model_validator(mode="after")
+    def _reads_numbered(self) -> Self:
+        unnumbered = [row.prompt_id for row in self.root if row.token_reads is None]
+        if unnumbered:
+            raise ValueError(
+                "rows without token_reads and token_events (the oracle numbers both): "
+                + ", ".join(unnumbered)
+            )
+        return self

@@ -57,6 +57,17 @@ def _not_applicable(gate: str, summary: str) -> Verdict:
     return Verdict(gate=gate, status=VerdictStatus.NOT_APPLICABLE, summary=summary)
 
 
+def _unmeasurable(gate: str, error: UnmeasurableRow) -> Verdict:
+    """A failed rate gate: what could not be measured, with each side of the refusal."""
+    sides = {
+        "where": error.where,
+        "expected": error.expected,
+        "found": error.found,
+        "hint": error.hint,
+    }
+    return _verdict(gate, False, error.what, **{k: v for k, v in sides.items() if v is not None})
+
+
 def _missing(gate: str, what: str) -> Verdict:
     return _verdict(gate, False, f"no {what} in the run's evidence", missing=what)
 
@@ -389,7 +400,7 @@ def throughput(gate: ThroughputGate, rows: Sequence[OracleRow], sealed: float) -
     try:
         measured = measure(rows, gate.tokens)
     except UnmeasurableRow as error:
-        return _verdict("throughput", False, error.what, where=error.where, found=error.found)
+        return _unmeasurable("throughput", error)
     floor_rate = gate.floor * sealed
     median = measured.conventional_median
     passed = median >= floor_rate
@@ -426,7 +437,7 @@ def fresh_start_throughput(
     try:
         measured_first, measured_again = measure(first, tokens), measure(again, tokens)
     except UnmeasurableRow as error:
-        return _verdict(name, False, error.what, where=error.where, found=error.found)
+        return _unmeasurable(name, error)
     reference = measured_first.conventional_median
     found = measured_again.conventional_median
     deviation = abs(found - reference) / reference
@@ -676,7 +687,7 @@ def captured_throughput(gate: ThroughputGate, rows: Sequence[OracleRow]) -> Verd
     try:
         measured = measure(rows, gate.tokens)
     except UnmeasurableRow as error:
-        return _verdict("throughput", False, error.what, where=error.where, found=error.found)
+        return _unmeasurable("throughput", error)
     summary = (
         f"captures the teacher's rate: conventional median {measured.conventional_median:.2f} "
         f"tok/s over {gate.tokens} tokens{measured.summary_of_left_out}"

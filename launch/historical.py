@@ -234,8 +234,17 @@ def load_bench(path: Path) -> Bench:
     """A bench file's rows as `OracleRow`s: `sha256` is the text's hash, `cached_tokens` is
     `usage.prompt_tokens_details.cached_tokens` (None when not reported)."""
     bench = _read_json(path, _Bench)
+    rows = []
+    for index, row in enumerate(bench.rows):
+        try:
+            rows.append(_oracle_row(row))
+        except ValidationError as error:
+            problem = "; ".join(str(detail["msg"]) for detail in error.errors())
+            raise _malformed(
+                path, "a row no stream could give", f"key rows[{index}]", found=problem
+            ) from None
     return Bench(
-        rows=tuple(_oracle_row(row) for row in bench.rows),
+        rows=tuple(rows),
         suite=bench.run_identity.suite.suite_id,
         stored_medians={name: stat.median for name, stat in bench.summary.items()},
     )

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections import Counter
+import re
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Final
@@ -122,18 +122,19 @@ def answer_prompt(
     path = ENDPOINTS[request.suite.api]
     where = f"prompt {index} ({prompt.id}), POST {client.base_url}{path}"
     url = client.base_url
-    if url.scheme != "http" or url.port is None:
+    if url.scheme != "http":
         raise OracleFailed(
-            "the oracle streams from a plain HTTP server on a known port",
+            "the oracle streams from a plain HTTP server (the one repro started)",
             where=where,
-            expected="http://HOST:PORT",
+            expected="http://HOST[:PORT]",
             found=str(url),
         )
     stream = _Stream(where)
     body = json.dumps(request_body(request, prompt)).encode()
     target = url.raw_path.decode("ascii").rstrip("/") + path
     try:
-        with TimedPost(url.host, url.port, target, body, timeout_s=REQUEST_TIMEOUT_S) as answer:
+        port = url.port or 80
+        with TimedPost(url.host, port, target, body, timeout_s=REQUEST_TIMEOUT_S) as answer:
             if answer.status != httpx.codes.OK:
                 raise _refused(answer.status, answer.text(500), path, where)
             for piece in answer.body():
@@ -149,6 +150,40 @@ def answer_prompt(
     return stream.row(prompt.id, index)
 
 
+_LINE_END: Final = re.compile(rb"\r\n|\r|\n")
+
+
+class _Lines:
+    """Bytes cut into lines as server-sent events end them (CRLF, LF or CR), each piece searched
+    once, however the reads cut the stream."""
+
+    def __init__(self) -> None:
+        self._partial = bytearray()
+        self._after_cr = False
+        """The last piece ended in CR: a LF starting the next one is the rest of a CRLF."""
+
+    def feed(self, data: bytes) -> list[bytes]:
+        if not data:
+            return []
+        if self._after_cr and data.startswith(b"\n"):
+            data = data[1:]
+        self._after_cr = False
+        lines = []
+        start = 0
+        for end in _LINE_END.finditer(data):
+            self._partial += data[start : end.start()]
+            lines.append(bytes(self._partial))
+            self._partial.clear()
+            start = end.end()
+            self._after_cr = end.group() == b"\r" and start == len(data)
+        self._partial += data[start:]
+        return lines
+
+    def rest(self) -> bytes | None:
+        """What came after the last line end, unless it is blank."""
+        return bytes(self._partial) if self._partial.strip() else None
+
+
 class _Stream:
     """The server-sent events of one request, folded into a row as their reads bring them."""
 
@@ -157,15 +192,15 @@ class _Stream:
         self.token_ids: list[int] = []
         self.offsets: list[float] = []
         self.reads: list[int] = []
-        """The read that brought each token's event."""
-        self.events_per_read: Counter[int] = Counter()
-        """How many token-bearing events each read brought."""
+        """The number of the read that brought each token's event."""
+        self.events: list[int] = []
+        """The number of each token's event among the answer's token-bearing events."""
         self.text: list[str] = []
         self.usage: dict[str, Any] | None = None
         self.finish_reason: str | None = None
         self.done = False
-        self._pending = b""
-        self._pending_piece: BodyPiece | None = None
+        self._lines = _Lines()
+        self._last: BodyPiece | None = None
 
     @property
     def tokens(self) -> int:
@@ -173,10 +208,9 @@ class _Stream:
 
     def feed(self, piece: BodyPiece) -> None:
         """Each line `piece` completes, taken as of the read that brought its last byte."""
-        *lines, self._pending = (self._pending + piece.data).split(b"\n")
-        self._pending_piece = piece
-        for line in lines:
-            self.take(line.rstrip(b"\r").decode("utf-8", errors="replace"), piece)
+        self._last = piece
+        for line in self._lines.feed(piece.data):
+            self.take(line.decode("utf-8", errors="replace"), piece)
 
     def take(self, line: str, piece: BodyPiece) -> None:
         if not line.startswith(DATA_PREFIX):
@@ -210,11 +244,11 @@ class _Stream:
 
     def _take_choice(self, choice: dict[str, Any], piece: BodyPiece) -> None:
         ids = choice.get("token_ids") or ()
-        if ids:
-            self.events_per_read[piece.read] += 1
+        event = self.events[-1] + 1 if self.events else 0
         self.token_ids.extend(int(token) for token in ids)
         self.offsets.extend(piece.offset_s for _ in ids)
         self.reads.extend(piece.read for _ in ids)
+        self.events.extend(event for _ in ids)
         delta = choice.get("delta")
         text = delta.get("content") if isinstance(delta, dict) else choice.get("text")
         if isinstance(text, str):
@@ -223,8 +257,9 @@ class _Stream:
             self.finish_reason = str(choice["finish_reason"])
 
     def row(self, prompt_id: str, index: int) -> OracleRow:
-        if self._pending.strip() and self._pending_piece is not None:  # a last line, unended
-            self.take(self._pending.decode("utf-8", errors="replace"), self._pending_piece)
+        last = self._lines.rest()
+        if last is not None and self._last is not None:  # a last line without its end
+            self.take(last.decode("utf-8", errors="replace"), self._last)
         if not self.done:
             raise self._malformed("a stream ending with [DONE]", "the stream ended without it")
         if not self.token_ids:
@@ -245,7 +280,8 @@ class _Stream:
             completion_tokens=int(usage["completion_tokens"]),
             cached_tokens=_cached_tokens(usage),
             token_offsets_s=tuple(self.offsets),
-            token_read_events=tuple(self.events_per_read[read] for read in self.reads),
+            token_reads=tuple(self.reads),
+            token_events=tuple(self.events),
             ttft_s=self.offsets[0],
             finish_reason=self.finish_reason,
         )

@@ -9,13 +9,14 @@ intervals) is computed beside it, labelled, and never gated.
 A row that streamed fewer than N tokens, or whose N tokens arrived with no time between the
 first and the last, has no rate: `measure` refuses it by name instead of dropping it.
 
-A span is only as true as its two ends. The oracle counts, per token, the token-bearing events
-of the socket read that brought it (`OracleRow.token_read_events`): a window whose first or
+A span is only as true as its two ends. The oracle numbers, per token, the socket read that
+brought it and its event (`OracleRow.token_reads`, `token_events`): a window whose first or
 N-th token came in a read of several events was read out of a backlog (the client was not
 scheduled while the server streamed: 32 tokens that took 200 ms then parse within 2 ms), and
-its span is the client's delay, not the server's rate. Such a row is left out of the medians
-and named; a suite whose rows were mostly read that way has no rate (fewer than half the rows
-observed refuses it), since the median of a biased few is no measurement either.
+a first token that came in one event with later ones was held back by the server; either way
+the span is a delay, not the server's pace. Such a row is left out of the medians and named; a
+suite whose rows were mostly so has no rate (fewer than half the rows measured refuses it),
+since the median of a biased few is no measurement either.
 """
 
 from __future__ import annotations
@@ -91,14 +92,14 @@ def row_span(row: OracleRow, tokens: int) -> float:
             expected=f"at least {tokens} token arrival offsets",
             found=f"{len(offsets)}",
         )
-    counts = row.token_read_events
-    late = [] if counts is None else [i for i in (0, tokens - 1) if counts[i] > 1]
-    if counts is not None and late:
+    late = late_ends(row, tokens)
+    if late:
         raise UnobservedWindow(
-            f"row {row.prompt_id!r} was read out of a backlog: the client was late",
+            f"row {row.prompt_id!r}: an end of its window is not an arrival time",
             where=where,
-            expected=f"tokens 0 and {tokens - 1} each read alone, as they came",
-            found="; ".join(f"token {i} in a read of {counts[i]} events" for i in late),
+            expected=f"tokens 0 and {tokens - 1} each in a read of one event, token 0 alone "
+            "in its event",
+            found="; ".join(late),
         )
     span = offsets[tokens - 1] - offsets[0]
     if span <= 0:
@@ -109,6 +110,30 @@ def row_span(row: OracleRow, tokens: int) -> float:
             found=f"{span!r} s",
         )
     return span
+
+
+def late_ends(row: OracleRow, tokens: int) -> list[str]:
+    """Why an end of the row's window over `tokens` tokens is not when that token arrived: its
+    read brought several events (a backlog), or token 0 came in one event with later tokens
+    (the server held it back, e.g. an API process that lagged and merged its outputs). Empty
+    when both ends are arrivals, or when the row did not number its reads and events."""
+    reads, events = row.token_reads, row.token_events
+    if reads is None or events is None:
+        return []
+    events_of_read: dict[int, set[int]] = {}
+    for read, event in zip(reads, events, strict=True):
+        events_of_read.setdefault(read, set()).add(event)
+    late = []
+    for index in (0, tokens - 1):
+        count = len(events_of_read[reads[index]])
+        if count > 1:
+            late.append(
+                f"token {index} in a read of {count} events (a backlog: the client was late)"
+            )
+    together = events.count(events[0])
+    if together > 1:
+        late.append(f"token 0 in one event with {together - 1} later token(s) (held back)")
+    return late
 
 
 def row_rate(row: OracleRow, tokens: int) -> RowRate:
@@ -132,13 +157,14 @@ def measure(rows: Sequence[OracleRow], tokens: int) -> Throughput:
             left_out.append(LeftOut(row.prompt_id, str(unobserved.found)))
     if 2 * len(rates) < len(rows):
         raise UnmeasurableRow(
-            "the client read most rows out of a backlog: the suite has no rate",
+            "most rows' windows do not start or end at an arrival: the suite has no rate",
             where=f"{len(rows)} rows over {tokens} tokens",
-            expected=f"at least {(len(rows) + 1) // 2} rows read as they came",
-            found=f"{len(rates)}; "
+            expected=f"at least {(len(rows) + 1) // 2} of {len(rows)} rows read as they came",
+            found=f"{len(rates)} of {len(rows)}; "
             + "; ".join(f"{row.prompt_id}: {row.reason}" for row in left_out),
-            hint="something kept the client from running while the server streamed (a loaded "
-            "or throttled host); run again on a quieter one",
+            hint="the client read several events at once (it was not scheduled while the "
+            "server streamed: a loaded or throttled host) or the server held tokens back; "
+            "run again on a quieter host, nothing buffering between client and server",
         )
     return Throughput(
         tokens=tokens,

@@ -4,9 +4,13 @@ The oracle times a token by the socket read that delivered it (`launch.oracle`).
 library hides its reads: when the client process is not scheduled while the server streams, the
 events pile up in the socket and are then parsed one after another within microseconds, and a
 timestamp taken per parsed event makes 32 tokens that took 200 ms look like 2 ms. Here each
-`recv` is numbered and timed as it returns, and every body byte knows the read that brought it,
+read is numbered and timed as it returns, and every body byte knows the read that brought it,
 so a reader can tell an event read as it came (alone in its read) from one read out of a
-backlog. HTTP/1.1 framing (chunked or not) is h11's; the connection is closed after the answer.
+backlog. A `recv` that fills its whole buffer left more behind, so the reads after it, until
+one that does not fill it, count as the same read (timed by the last): a backlog larger than
+the buffer is still one read. HTTP/1.1 framing (chunked, sized or close-delimited) is h11's;
+plain HTTP only (the oracle asks the server `repro` started); the connection is closed after
+the answer.
 """
 
 from __future__ import annotations
@@ -19,7 +23,9 @@ from typing import Final
 
 import h11
 
-READ_BYTES: Final = 65536
+READ_BYTES: Final = 1 << 20
+ERROR_BODY_BYTES: Final = 64 * 1024
+"""How much of an error answer's body is read, at most."""
 
 
 class PostFailed(Exception):
@@ -46,6 +52,8 @@ class TimedAnswer:
         self._started = started
         self._read = -1
         self._offset_s = 0.0
+        self._received = 0
+        self._closed = False
         self.status = self._head()
 
     def body(self) -> Iterator[BodyPiece]:
@@ -58,8 +66,17 @@ class TimedAnswer:
                 return
 
     def text(self, limit: int) -> str:
-        """The body decoded (an error answer's), at most `limit` characters."""
-        return b"".join(piece.data for piece in self.body()).decode(errors="replace")[:limit]
+        """The start of the body, decoded (an error answer's): at most `limit` characters, read
+        no further than `ERROR_BODY_BYTES`; an answer that breaks off gives what came."""
+        data = b""
+        try:
+            for piece in self.body():
+                data += piece.data
+                if len(data) >= ERROR_BODY_BYTES:
+                    break
+        except PostFailed as broke:
+            data += f" [{broke}]".encode()
+        return data.decode(errors="replace")[:limit]
 
     def _head(self) -> int:
         while True:
@@ -67,24 +84,44 @@ class TimedAnswer:
             if isinstance(event, h11.Response):
                 return event.status_code
             if isinstance(event, h11.ConnectionClosed):
-                raise PostFailed("the connection closed before an answer")
+                raise PostFailed("the server closed the connection before its status line")
 
     def _next(self) -> h11.Event:
         try:
             event = self._connection.next_event()
             while event is h11.NEED_DATA:
-                data = self._sock.recv(READ_BYTES)
-                self._read += 1
-                self._offset_s = time.perf_counter() - self._started
-                self._connection.receive_data(data)
+                self._receive()
                 event = self._connection.next_event()
         except h11.RemoteProtocolError as error:
-            raise PostFailed(f"a malformed answer: {error}") from error
+            raise PostFailed(self._malformed(error)) from error
         except OSError as error:
             raise PostFailed(_described(error)) from error
         if not isinstance(event, h11.Event):  # PAUSED: only ever after a complete answer
             return h11.ConnectionClosed()
         return event
+
+    def _receive(self) -> None:
+        """One read, numbered and timed: `recv` again while it fills the whole buffer."""
+        chunk = self._sock.recv(READ_BYTES)
+        data = chunk
+        while len(chunk) == READ_BYTES:
+            chunk = self._sock.recv(READ_BYTES)
+            data += chunk
+        self._read += 1
+        self._offset_s = time.perf_counter() - self._started
+        self._received += len(data)
+        if data:
+            self._connection.receive_data(data)
+        if not chunk:  # the server closed its side: h11 learns it from an empty read
+            self._closed = True
+            self._connection.receive_data(b"")
+
+    def _malformed(self, error: h11.RemoteProtocolError) -> str:
+        if self._closed and self._received == 0:
+            return "the server closed the connection before its status line"
+        if self._closed:
+            return f"the server closed the connection after {self._received} bytes of its answer"
+        return f"a malformed answer: {error}"
 
 
 class TimedPost:
@@ -93,11 +130,12 @@ class TimedPost:
 
     def __init__(self, host: str, port: int, target: str, body: bytes, *, timeout_s: float):
         self._address = (host, port)
+        authority = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
         self._request = h11.Request(
             method="POST",
             target=target,
             headers=[
-                ("Host", f"{host}:{port}"),
+                ("Host", authority),
                 ("Content-Type", "application/json"),
                 ("Accept", "text/event-stream"),
                 ("Content-Length", str(len(body))),

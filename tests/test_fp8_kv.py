@@ -154,9 +154,15 @@ def teacher_of(rows: Sequence[OracleRow], rate: float = TEACHER_RATE) -> Teacher
 
 
 def slower(rows: Sequence[OracleRow], factor: float) -> tuple[OracleRow, ...]:
-    """The rows with every arrival offset stretched by `factor` (the rate divided by it)."""
+    """The rows with every arrival offset (the first is the TTFT) stretched by `factor` (the
+    rate divided by it)."""
     return tuple(
-        row.model_copy(update={"token_offsets_s": tuple(t * factor for t in row.token_offsets_s)})
+        row.model_copy(
+            update={
+                "token_offsets_s": tuple(t * factor for t in row.token_offsets_s),
+                "ttft_s": row.ttft_s * factor,
+            }
+        )
         for row in rows
     )
 

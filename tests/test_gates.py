@@ -498,19 +498,34 @@ def test_a_row_too_short_for_the_window_fails_the_throughput_gate(record: Record
         VerdictStatus.FAIL,
         "row 'structured-extraction' streamed fewer tokens than the throughput window",
     )
-    assert verdict.details == {"where": "row 10 (structured-extraction)", "found": "296"}
+    assert verdict.details == {
+        "where": "row 10 (structured-extraction)",
+        "expected": "at least 300 token arrival offsets",
+        "found": "296",
+    }
 
 
 def read_late(rows: Sequence[OracleRow], *prompt_ids: str) -> tuple[OracleRow, ...]:
-    """`rows` counted as read as they came, but those of `prompt_ids`, whose first token came
-    in a read of five events (as a client not scheduled for a while reads them)."""
-    counted = []
+    """`rows` with their reads and events numbered as a stream numbers them (the record's
+    tokens at one offset came in one event, read alone), but those of `prompt_ids`, whose first
+    two events came in one read (as a client not scheduled for a while reads them)."""
+    numbered = []
     for row in rows:
-        counts = [1] * len(row.token_offsets_s)
+        offsets = list(row.token_offsets_s)
         if row.prompt_id in prompt_ids:
-            counts[0] = 5
-        counted.append(row.model_copy(update={"token_read_events": tuple(counts)}))
-    return tuple(counted)
+            second = next(i for i, offset in enumerate(offsets) if offset != offsets[0])
+            offsets[:second] = [offsets[second]] * second
+        times = sorted(set(row.token_offsets_s))
+        events = tuple(times.index(offset) for offset in row.token_offsets_s)
+        reads = tuple(sorted(set(offsets)).index(offset) for offset in offsets)
+        update = {
+            "token_offsets_s": tuple(offsets),
+            "ttft_s": offsets[0],
+            "token_reads": reads,
+            "token_events": events,
+        }
+        numbered.append(OracleRow.model_validate({**row.model_dump(), **update}))
+    return tuple(numbered)
 
 
 def test_a_row_read_out_of_a_backlog_is_left_out_of_the_gated_median_by_name(
@@ -519,12 +534,17 @@ def test_a_row_read_out_of_a_backlog_is_left_out_of_the_gated_median_by_name(
     rows = record.bench.rows
     late = rows[0].prompt_id
     verdict = gates.throughput(THROUGHPUT, read_late(rows, late), CONVENTIONAL_MEDIAN)
-    kept = gates.throughput(THROUGHPUT, rows[1:], CONVENTIONAL_MEDIAN)
+    kept = gates.throughput(THROUGHPUT, read_late(rows[1:]), CONVENTIONAL_MEDIAN)
+    assert (
+        kept.details["conventional_median"]
+        == gates.throughput(THROUGHPUT, rows[1:], CONVENTIONAL_MEDIAN).details[
+            "conventional_median"
+        ]
+    ), "numbered as the record's offsets say: the same rates"
     assert verdict.details["conventional_median"] == kept.details["conventional_median"]
-    assert verdict.details["left_out"] == {late: "token 0 in a read of 5 events"}
-    assert verdict.summary.endswith(
-        f"; 1 of {len(rows)} rows left out ({late}: token 0 in a read of 5 events)"
-    )
+    reason = "token 0 in a read of 2 events (a backlog: the client was late)"
+    assert verdict.details["left_out"] == {late: reason}
+    assert verdict.summary.endswith(f"; 1 of {len(rows)} rows left out ({late}: {reason})")
     assert late not in verdict.details["rows"]  # type: ignore[operator]
 
 
@@ -545,7 +565,10 @@ def test_a_run_capturing_the_teacher_states_the_rate_it_seals_or_fails_without_o
     unread = evidence.model_copy(update={"rows": read_late(evidence.rows or (), *late)})
     (refused,) = (v for v in gates.judge_run(GATES, unread) if v.gate == "throughput")
     assert refused.status is VerdictStatus.FAIL
-    assert refused.summary == "the client read most rows out of a backlog: the suite has no rate"
+    assert refused.summary == (
+        "most rows' windows do not start or end at an arrival: the suite has no rate"
+    )
+    assert set(refused.details) == {"where", "expected", "found", "hint"}
 
 
 # --- judge --------------------------------------------------------------------------------------

@@ -266,6 +266,27 @@ def test_a_text_hash_that_is_not_a_sha256_is_refused(tmp_path: Path) -> None:
     assert caught.value.where == f"{path}, key rows[1].sha256"
 
 
+@pytest.mark.parametrize(
+    ("edit", "found"),
+    [
+        (lambda row: row["token_id_offsets_s"].pop(), "295 token offsets for 296 token ids"),
+        (lambda row: row["token_id_offsets_s"].reverse(), "token offsets go back in time"),
+    ],
+    ids=["an-offset-short", "back-in-time"],
+)
+def test_a_bench_row_no_stream_could_give_is_refused_naming_it(
+    tmp_path: Path, edit: Callable[[dict[str, Any]], None], found: str
+) -> None:
+    path = copy_bench(tmp_path, lambda bench: edit(bench["rows"][10]))
+    with pytest.raises(BadInput) as caught:
+        load_bench(path)
+    assert (caught.value.what, caught.value.where) == (
+        "malformed record file: a row no stream could give",
+        f"{path}, key rows[10]",
+    )
+    assert caught.value.found == f"Value error, row structured-extraction: {found}"
+
+
 def test_unreported_cached_tokens_load_as_none(tmp_path: Path) -> None:
     path = copy_bench(
         tmp_path, lambda bench: bench["rows"][2]["usage"].pop("prompt_tokens_details")

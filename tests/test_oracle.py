@@ -203,6 +203,26 @@ def test_no_server_is_refused_as_not_answering_and_nothing_is_retried(tmp_path: 
     assert failed.value.exit_code == 3
 
 
+@pytest.mark.parametrize("end", [b"\r\n", b"\r"], ids=["crlf", "cr"])
+def test_every_line_end_server_sent_events_allow_gives_the_same_row(
+    replay: tuple[str, type[Replay]], end: bytes
+) -> None:
+    """SSE ends a line with CRLF, LF or CR; a CRLF cut between two writes is one line end."""
+    base_url, handler = replay
+    expected = ask_first(base_url)
+    parts = [part.replace(b"\n", end) for part in GOOD_STREAM if isinstance(part, bytes)]
+    if end == b"\r\n":
+        parts = [piece for part in parts for piece in (part[:-1], 0.05, part[-1:])]
+    handler.stream = parts
+    row = ask_first(base_url)
+    assert (row.token_ids, row.text, row.completion_tokens, row.finish_reason) == (
+        expected.token_ids,
+        expected.text,
+        expected.completion_tokens,
+        expected.finish_reason,
+    )
+
+
 PAUSE = 0.1
 """Long enough for the client to be waiting in its read when the next write comes."""
 
@@ -211,8 +231,8 @@ def test_each_token_is_timed_by_the_read_that_brought_it_and_a_backlog_is_counte
     replay: tuple[str, type[Replay]],
 ) -> None:
     """Events written apart arrive in reads of their own; three written at once arrive in one
-    read, which brought three token-bearing events; an event cut across two writes is timed by
-    the read that completed it."""
+    read; an event cut across two writes is timed by the read that completed it, and the ids
+    of one event are numbered as one."""
     base_url, handler = replay
     first, second, third, fourth = (
         chunk(choices=[chat_choice(t, [i])]) for i, t in enumerate("abcd")
@@ -224,7 +244,10 @@ def test_each_token_is_timed_by_the_read_that_brought_it_and_a_backlog_is_counte
     ]  # fmt: skip
     row = ask_first(base_url)
     assert row.token_ids == (0, 1, 2, 3, 125, 27)
-    assert row.token_read_events == (1, 3, 3, 3, 1, 1)
+    assert row.token_events == (0, 1, 2, 3, 4, 4), "125 and 27 came in one event"
+    reads = row.token_reads or ()
+    assert reads[1] == reads[2] == reads[3] and len({reads[0], reads[1], reads[4]}) == 3
+    assert reads[5] == reads[4]
     offsets = row.token_offsets_s
     assert offsets[1] == offsets[2] == offsets[3], "one read, one time"
     assert offsets[1] - offsets[0] >= PAUSE and offsets[4] - offsets[3] >= 2 * PAUSE
@@ -252,15 +275,15 @@ def test_a_client_stalled_while_the_real_server_streams_reads_a_backlog_and_says
             row = oracle.answer_prompt(client, request, 0, long.prompts[0])
         finally:
             stopper.wait()
-    counts = row.token_read_events
-    assert counts is not None and len(counts) == len(row.token_ids) > 100
-    late = [index for index, count in enumerate(counts) if count > 1]
-    assert late, "half a second of tokens cannot have come one read each"
-    backlog = counts[late[0]]
-    assert backlog > 10 and counts[late[0] : late[0] + backlog] == (backlog,) * backlog
-    assert row.token_offsets_s[late[0] + backlog - 1] - row.token_offsets_s[late[0]] < 0.05
-    with pytest.raises(UnobservedWindow):
-        row_span(row, late[0] + 1)
+    reads, events = row.token_reads, row.token_events
+    assert reads is not None and events is not None and len(reads) == len(row.token_ids) > 100
+    assert events == tuple(range(len(events))), "the tiny model streams one token an event"
+    backlog = max(reads.count(read) for read in set(reads))
+    assert backlog > 10, "half a second of tokens cannot have come one read each"
+    first = reads.index(next(read for read in reads if reads.count(read) == backlog))
+    assert row.token_offsets_s[first : first + backlog] == (row.token_offsets_s[first],) * backlog
+    with pytest.raises(UnobservedWindow, match="an end of its window"):
+        row_span(row, first + 1)
 
 
 @pytest.mark.server

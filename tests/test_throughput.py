@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 
 import pytest
@@ -22,8 +23,13 @@ def row(
     offsets: Sequence[float],
     prompt_id: str = "p",
     index: int = 0,
-    reads: Sequence[int] | None = None,
+    events: Sequence[int] | None = None,
 ) -> OracleRow:
+    """A row; with `events` (each token's event number) it numbers its reads as a stream
+    does: tokens at one offset came in one read, a later offset is a later read."""
+    reads = None
+    if events is not None:
+        reads = [sorted(set(offsets)).index(offset) for offset in offsets]
     return OracleRow(
         prompt_id=prompt_id,
         prompt_index=index,
@@ -33,15 +39,18 @@ def row(
         completion_tokens=len(offsets),
         cached_tokens=0,
         token_offsets_s=tuple(offsets),
-        token_read_events=None if reads is None else tuple(reads),
+        token_reads=None if reads is None else tuple(reads),
+        token_events=None if events is None else tuple(events),
         ttft_s=offsets[0] if offsets else 0.0,
     )
 
 
+EACH = [0, 1, 2, 3]
+"""Four tokens, one event each."""
 STEADY = [0.0, 0.5, 1.0, 1.5]
-"""Four tokens 0.5 s apart: 2 tok/s over 4 tokens when read as they came."""
+"""Four tokens 0.5 s apart, each read alone: 2 tok/s over 4 tokens."""
 BACKLOG = [0.1, 0.1, 0.4, 0.4]
-"""Four tokens out of two late reads of two events each: 10 tok/s, the client's pace, not the
+"""Four events out of two late reads of two each: 10 tok/s, the client's pace, not the
 server's."""
 
 
@@ -130,80 +139,125 @@ def test_the_two_conventions_differ_by_exactly_n_over_n_minus_one(
 
 def test_a_row_whose_window_was_read_out_of_a_backlog_is_left_out_by_name() -> None:
     rows = [
-        row(STEADY, "a", 0, reads=[1, 1, 1, 1]),
-        row(BACKLOG, "late", 1, reads=[2, 2, 2, 2]),
-        row([0.0, 0.25, 0.5, 0.75], "b", 2, reads=[1, 1, 1, 1]),
+        row(STEADY, "a", 0, EACH),
+        row(BACKLOG, "late", 1, EACH),
+        row([0.0, 0.25, 0.5, 0.75], "b", 2, EACH),
     ]
     measured = measure(rows, 4)
     assert [r.prompt_id for r in measured.rows] == ["a", "b"]
     assert measured.conventional_median == 3.0, "the median of 2 and 4 tok/s; 10 left out"
     (left,) = measured.left_out
     assert left.prompt_id == "late"
-    assert left.reason == "token 0 in a read of 2 events; token 3 in a read of 2 events"
+    assert left.reason == (
+        "token 0 in a read of 2 events (a backlog: the client was late); "
+        "token 3 in a read of 2 events (a backlog: the client was late)"
+    )
     assert measured.summary_of_left_out == f"; 1 of 3 rows left out (late: {left.reason})"
 
 
-def test_only_the_ends_of_the_window_must_be_read_alone() -> None:
-    """A backlog inside the window moves no end: the span is still first to N-th arrival."""
-    inside = row([0.0, 0.9, 0.9, 0.9, 1.5], reads=[1, 3, 3, 3, 1])
+def test_only_the_ends_of_the_window_must_be_arrivals() -> None:
+    """A backlog inside the window moves no end: the span is still first to N-th arrival;
+    several tokens in one event are one arrival (speculative decoding), but not token 0."""
+    inside = row([0.0, 0.9, 0.9, 0.9, 1.5], events=[0, 1, 2, 2, 3])
     assert measure([inside], 5).conventional_median == 4 / 1.5
-    for offsets, late_end in (
-        ([0.0, 0.0, 1.0, 1.5], [2, 2, 1, 1]),
-        ([0, 0.5, 1.5, 1.5], [1, 1, 2, 2]),
+    for offsets, events in (
+        ([0.0, 0.0, 1.0, 1.5], [0, 1, 2, 3]),  # token 0 read with token 1's event
+        ([0.0, 0.5, 1.5, 1.5], [0, 1, 2, 3]),  # token 3 read with token 2's event
+        ([0.0, 0.0, 1.0, 1.5], [0, 0, 1, 2]),  # token 0 held back with token 1 in one event
     ):
         with pytest.raises(UnobservedWindow):
-            row_span(row(offsets, "x", 5, reads=late_end), 4)
-    after = row([*STEADY, 9.0, 9.0], reads=[1, 1, 1, 1, 2, 2])
+            row_span(row(offsets, "x", 5, events), 4)
+    together = row([0.0, 0.5, 1.5, 1.5], events=[0, 1, 2, 2])
+    assert row_span(together, 4) == 1.5, "the N-th token came with the one before it"
+    after = row([*STEADY, 9.0, 9.0], events=[0, 1, 2, 3, 4, 5])
     assert row_span(after, 4) == 1.5, "a backlog after the window"
 
 
-def test_a_backlog_is_named_before_the_zero_span_it_causes() -> None:
-    """Events of one read can share an offset: the backlog is why, not the server's burst."""
+def test_a_late_end_is_named_before_the_zero_span_it_causes() -> None:
+    """Events of one read share an offset: the backlog is why there is no time between them."""
     with pytest.raises(UnobservedWindow) as caught:
-        row_span(row([0.2, 0.2, 0.2], "all-at-once", 3, reads=[3, 3, 3]), 3)
+        row_span(row([0.2, 0.2, 0.2], "all-at-once", 3, [0, 1, 1]), 3)
     assert caught.value.diagnostics() == (
-        "error: row 'all-at-once' was read out of a backlog: the client was late\n"
+        "error: row 'all-at-once': an end of its window is not an arrival time\n"
         "  where:    row 3 (all-at-once)\n"
-        "  expected: tokens 0 and 2 each read alone, as they came\n"
-        "  found:    token 0 in a read of 3 events; token 2 in a read of 3 events"
+        "  expected: tokens 0 and 2 each in a read of one event, token 0 alone in its event\n"
+        "  found:    token 0 in a read of 2 events (a backlog: the client was late); "
+        "token 2 in a read of 2 events (a backlog: the client was late)"
     )
+    with pytest.raises(UnobservedWindow, match="an end of its window") as held:
+        row_span(row([0.2, 0.2, 0.5], "merged", 3, [0, 0, 1]), 3)
+    assert held.value.found == "token 0 in one event with 1 later token(s) (held back)"
 
 
-def test_a_suite_read_mostly_out_of_a_backlog_has_no_rate() -> None:
+def test_a_suite_mostly_without_arrivals_at_its_ends_has_no_rate() -> None:
     rows = [
-        row(STEADY, "a", 0, reads=[1, 1, 1, 1]),
-        row(BACKLOG, "b", 1, reads=[2, 2, 2, 2]),
-        row([0.1, 0.1, 0.2, 0.3], "c", 2, reads=[2, 2, 1, 1]),
+        row(STEADY, "a", 0, EACH),
+        row(BACKLOG, "b", 1, EACH),
+        row([0.1, 0.1, 0.2, 0.3], "c", 2, [0, 0, 1, 2]),
     ]
     with pytest.raises(UnmeasurableRow) as caught:
         measure(rows, 4)
-    assert caught.value.what == "the client read most rows out of a backlog: the suite has no rate"
-    assert caught.value.expected == "at least 2 rows read as they came"
-    assert caught.value.found == (
-        "1; b: token 0 in a read of 2 events; token 3 in a read of 2 events; "
-        "c: token 0 in a read of 2 events"
+    assert caught.value.what == (
+        "most rows' windows do not start or end at an arrival: the suite has no rate"
     )
+    assert caught.value.expected == "at least 2 of 3 rows read as they came"
+    assert str(caught.value.found).startswith("1 of 3; b: token 0 in a read of 2 events")
+    assert str(caught.value.found).endswith(
+        "c: token 0 in one event with 1 later token(s) (held back)"
+    )
+    assert caught.value.hint and "not scheduled while the server streamed" in caught.value.hint
     assert measure(rows[:2], 4).conventional_median == 2.0, "half the rows is enough"
 
 
-def test_a_record_that_did_not_count_reads_is_taken_as_read_as_it_came() -> None:
-    assert measure([row(BACKLOG, reads=None)], 4).conventional_median == pytest.approx(10.0)
+def test_a_record_that_did_not_number_reads_is_taken_as_arrivals() -> None:
+    assert measure([row(BACKLOG)], 4).conventional_median == pytest.approx(10.0)
+
+
+def numbered(
+    offsets: Sequence[float], reads: Sequence[int] | None, events: Sequence[int] | None
+) -> OracleRow:
+    return row(offsets).model_copy(
+        update={
+            "token_reads": None if reads is None else tuple(reads),
+            "token_events": None if events is None else tuple(events),
+        }
+    )
 
 
 @pytest.mark.parametrize(
-    ("offsets", "reads", "message"),
+    ("offsets", "reads", "events", "message"),
     [
-        (STEADY, [1, 1, 1], "token_read_events must count at least 1 event"),
-        (STEADY, [1, 0, 1, 1], "token_read_events must count at least 1 event"),
-        (STEADY, [1, 2, 1, 1], r"the 1 token\(s\) at offset 0.5 count \[2\] events"),
-        (BACKLOG, [2, 1, 2, 2], r"the 2 token\(s\) at offset 0.1 count \[1, 2\] events"),
-        ([0.1, 0.1, 0.1, 0.4], [4, 4, 4, 1], r"the 3 token\(s\) at offset 0.1 count \[4\]"),
+        (STEADY, [0, 1, 2], EACH, r"token_reads \(3\) and token_events \(4\) must both"),
+        (STEADY, [0, 1, 2, 3], None, r"token_reads \(4\) and token_events \(none\)"),
+        (STEADY, [0, 1, 2, 3], [1, 2, 3, 4], "the first token's event is numbered 1, not 0"),
+        (STEADY, [0, 1, 2, 3], [0, 2, 3, 4], "token 1's event 2 follows event 0"),
+        (STEADY, [0, 1, 0, 2], EACH, "token 2 came in read 0 after read 1"),
+        (STEADY, [0, 1, 2, 3], [0, 0, 1, 2], "token 1 came in read 1 after read 0, in event 0"),
+        (STEADY, [0, 0, 1, 2], EACH, "one read has one time"),
+        (BACKLOG, [0, 1, 2, 2], EACH, "one read has one time"),
+        ([0.5, 0.1, 0.6, 0.7], None, None, "token offsets go back in time"),
     ],
-    ids=["short", "zero", "alone-in-a-read-of-two", "one-read-two-counts", "fewer-than-events"],
-)
-def test_a_count_of_reads_that_does_not_fit_the_offsets_is_refused(
-    offsets: list[float], reads: list[int], message: str
+    ids=[
+        "short", "half", "from-one", "skips", "reads-back", "event-split",
+        "one-read-two-times", "two-reads-one-time", "offsets-back",
+    ],
+)  # fmt: skip
+def test_numbers_no_stream_could_give_are_refused(
+    offsets: list[float], reads: list[int] | None, events: list[int] | None, message: str
 ) -> None:
-    """A read's events share its time: a count that no read could give is not evidence."""
+    """A read has one time and a later read a later one; events count up, each in one read."""
     with pytest.raises(ValueError, match=message):
-        row(offsets, reads=reads)
+        OracleRow.model_validate(numbered(offsets, reads, events).model_dump())
+
+
+def test_an_offset_per_token_id_and_the_first_is_the_ttft() -> None:
+    """The oracle's TTFT is its first token's offset; another producer's may be its own."""
+    good = row(STEADY, events=EACH).model_dump()
+    with pytest.raises(ValueError, match="3 token offsets for 4 token ids"):
+        OracleRow.model_validate({**good, "token_offsets_s": STEADY[:3]})
+    with pytest.raises(
+        ValueError, match=re.escape("ttft_s 0.25 is not the first token's offset 0.0")
+    ):
+        OracleRow.model_validate({**good, "ttft_s": 0.25})
+    other = row(STEADY).model_dump()
+    assert OracleRow.model_validate({**other, "ttft_s": 0.25}).ttft_s == 0.25
