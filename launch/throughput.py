@@ -36,7 +36,8 @@ class UnmeasurableRow(ReproError):
 
 
 class UnobservedWindow(UnmeasurableRow):
-    """An end of the row's window came in a read of a backlog: its offset is not its arrival."""
+    """An end of the row's window is not an arrival: it came in a read of a backlog, or token 0
+    came in one event with later tokens."""
 
 
 @dataclass(frozen=True)
@@ -76,8 +77,11 @@ class Throughput:
         if not self.left_out:
             return ""
         total = len(self.rows) + len(self.left_out)
-        named = "; ".join(f"{row.prompt_id}: {row.reason}" for row in self.left_out)
-        return f"; {len(self.left_out)} of {total} rows left out ({named})"
+        return f"; {len(self.left_out)} of {total} rows left out ({_named(self.left_out)})"
+
+
+def _named(left_out: Sequence[LeftOut]) -> str:
+    return "; ".join(f"{row.prompt_id}: {row.reason}" for row in left_out)
 
 
 def row_span(row: OracleRow, tokens: int) -> float:
@@ -160,8 +164,7 @@ def measure(rows: Sequence[OracleRow], tokens: int) -> Throughput:
             "most rows' windows do not start or end at an arrival: the suite has no rate",
             where=f"{len(rows)} rows over {tokens} tokens",
             expected=f"at least {(len(rows) + 1) // 2} of {len(rows)} rows read as they came",
-            found=f"{len(rates)} of {len(rows)}; "
-            + "; ".join(f"{row.prompt_id}: {row.reason}" for row in left_out),
+            found=f"{len(rates)} of {len(rows)}; {_named(left_out)}",
             hint="the client read several events at once (it was not scheduled while the "
             "server streamed: a loaded or throttled host) or the server held tokens back; "
             "run again on a quieter host, nothing buffering between client and server",
