@@ -4,6 +4,7 @@ exactly what a builder sealed."""
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -27,7 +28,7 @@ from repro_serving.builder.native.modules import is_module_file
 from repro_serving.builder.observe.python import placeholder_path
 from repro_serving.builder.sealing.statement import repro_version
 from repro_serving.launch.evidence import OracleRow
-from repro_serving.launch.throughput import measure
+from repro_serving.launch.throughput import UnmeasurableRow, measure
 
 LOADER_PATH_VARIABLES = ("LD_LIBRARY_PATH", "LD_PRELOAD")
 
@@ -81,8 +82,11 @@ def oracle_claim(
     """What `repro verify` recomputes from the sealed rows: the same function builds it."""
     gate = manifest.oracle.gates.throughput
     throughput = None
-    if gate is not None and rows and all(len(r.token_ids) >= gate.tokens for r in rows):
-        measured = measure(rows, gate.tokens)
+    measured = None
+    if gate is not None and rows:
+        with contextlib.suppress(UnmeasurableRow):  # no rate: the throughput gate failed on it
+            measured = measure(rows, gate.tokens)
+    if gate is not None and measured is not None:
         historical = measured.historical_median if gate.record_historical else None
         throughput = ThroughputClaim(
             tokens=gate.tokens,

@@ -20,6 +20,8 @@ the caller's, since `answer_suite` yields each row as soon as it is complete.
 
 from __future__ import annotations
 
+import contextlib
+import gc
 import hashlib
 import json
 import re
@@ -131,6 +133,26 @@ def answer_prompt(
         )
     stream = _Stream(where)
     body = json.dumps(request_body(request, prompt)).encode()
+    with _collector_off():
+        _stream_answer(url, path, body, stream, where)
+    return stream.row(prompt.id, index)
+
+
+@contextlib.contextmanager
+def _collector_off() -> Iterator[None]:
+    """The garbage collector held off while an answer streams, as `timeit` holds it off while
+    it times: a full collection of a large process is a pause of the client, and the events
+    that pile up during it would be read as a backlog."""
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if enabled:
+            gc.enable()
+
+
+def _stream_answer(url: httpx.URL, path: str, body: bytes, stream: _Stream, where: str) -> None:
     target = url.raw_path.decode("ascii").rstrip("/") + path
     try:
         port = url.port or 80
@@ -147,7 +169,6 @@ def answer_prompt(
             found=f"{error} after {stream.tokens} streamed token(s)",
             hint="the server's log tells why it went away",
         ) from error
-    return stream.row(prompt.id, index)
 
 
 _LINE_END: Final = re.compile(rb"\r\n|\r|\n")

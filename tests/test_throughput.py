@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Sequence
+from pathlib import Path
 
 import pytest
 from hypothesis import given
@@ -261,3 +262,26 @@ def test_an_offset_per_token_id_and_the_first_is_the_ttft() -> None:
         OracleRow.model_validate({**good, "ttft_s": 0.25})
     other = row(STEADY).model_dump()
     assert OracleRow.model_validate({**other, "ttft_s": 0.25}).ttft_s == 0.25
+
+
+def test_a_run_without_a_rate_seals_no_throughput_claim() -> None:
+    """A replay whose rows have no rate fails its throughput gate; the lock of the sealed run
+    then states no throughput (rather than its sealing breaking on the missing number)."""
+    from repro_serving.builder.claims import oracle_claim
+    from repro_serving.builder.manifest import Manifest, Suite
+
+    root = Path(__file__).resolve().parents[1]
+    manifest = Manifest.from_path(root / "manifests" / "tiny-cpu.toml")
+    suite = Suite.from_path(root / "manifests" / "suites" / "tiny-cpu.json")
+    gate = manifest.oracle.gates.throughput
+    assert gate is not None
+    steady = [0.1 * i for i in range(gate.tokens)]
+    late = [0.1] * 2 + steady[2:]
+    rows = [
+        row(late, prompt.id, index, [0, 1, *range(2, gate.tokens)])
+        for index, prompt in enumerate(suite.prompts)
+    ]
+    assert oracle_claim(manifest, suite, rows, "0" * 64, "0" * 64).throughput is None
+    kept = [row(steady, p.id, i, list(range(gate.tokens))) for i, p in enumerate(suite.prompts)]
+    claim = oracle_claim(manifest, suite, kept, "0" * 64, "0" * 64).throughput
+    assert claim is not None and claim.conventional_median == pytest.approx(10.0)
