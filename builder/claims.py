@@ -86,7 +86,7 @@ def oracle_claim(
     if gate is not None and rows:
         with contextlib.suppress(UnmeasurableRow):  # no rate: the throughput gate failed on it
             measured = measure(rows, gate.tokens)
-    if gate is not None and measured is not None:
+    if measured is not None and gate is not None:
         historical = measured.historical_median if gate.record_historical else None
         throughput = ThroughputClaim(
             tokens=gate.tokens,

@@ -38,7 +38,12 @@ from repro_serving.launch.evidence import (
     VerdictStatus,
 )
 from repro_serving.launch.metrics import samples
-from repro_serving.launch.throughput import HISTORICAL_LABEL, UnmeasurableRow, measure
+from repro_serving.launch.throughput import (
+    HISTORICAL_LABEL,
+    Throughput,
+    UnmeasurableRow,
+    measure,
+)
 
 SURVIVAL_RATIO_MAX: Final = 0.5
 """Default bound on last/first of the per-position acceptance curve; see `survival_problem`."""
@@ -415,8 +420,7 @@ def throughput(gate: ThroughputGate, rows: Sequence[OracleRow], sealed: float) -
         "sealed_conventional": sealed,
         "floor": gate.floor,
         "floor_rate": floor_rate,
-        "rows": {rate.prompt_id: rate.conventional for rate in measured.rows},
-        "left_out": {row.prompt_id: row.reason for row in measured.left_out},
+        **_per_row(measured),
     }
     if gate.record_historical:
         summary += f"; historical N/span median {measured.historical_median:.2f} (not gated)"
@@ -699,7 +703,14 @@ def captured_throughput(gate: ThroughputGate, rows: Sequence[OracleRow]) -> Verd
         details={
             "tokens": gate.tokens,
             "conventional_median": measured.conventional_median,
-            "rows": {rate.prompt_id: rate.conventional for rate in measured.rows},
-            "left_out": {row.prompt_id: row.reason for row in measured.left_out},
+            **_per_row(measured),
         },
     )
+
+
+def _per_row(measured: Throughput) -> dict[str, object]:
+    """Each measured row's rate and each row left out with why, for a verdict's details."""
+    return {
+        "rows": {rate.prompt_id: rate.conventional for rate in measured.rows},
+        "left_out": {row.prompt_id: row.reason for row in measured.left_out},
+    }

@@ -6,9 +6,9 @@ the manifest's chat template kwargs) with `"return_token_ids": true` and
 `"stream_options": {"include_usage": true}`; the token ids, the text, the usage (prompt tokens,
 `prompt_tokens_details.cached_tokens`) and the arrival of every token id are taken from the
 stream as it comes. A token arrives with the socket read that brought its event: its offset is
-when that read returned (monotonic clock, from the request's start), and it is counted how many
-token-bearing events that read brought: one when the client read the event as it came, more
-when the client was late and read a backlog, whose events' offsets are then not their arrival
+when that read returned (monotonic clock, from the request's start), and the row numbers each
+token's read and event, so a read that brought several events (the client was late and read a
+backlog, whose offsets are then not arrivals) can be told from one read as it came
 (`launch.throughput` leaves such a row out of a rate rather than believe it). There is no
 retry and no warm-up generation: the first answer is the answer. It also reads `/metrics` as
 raw text, kept as evidence and diffed by `launch.metrics`.
