@@ -39,12 +39,17 @@ class OracleRow(_Record):
     socket read that brought its event returned."""
     token_reads: tuple[int, ...] | None = None
     """For each token id, the number of the socket read that brought its event (counted from
-    0 over the whole answer). Several events in one read were read out of a backlog: the
-    client was late, and their offsets are not their arrival. None in a record that did not
-    number its reads (e.g. a historical bench file): its offsets are taken as arrivals."""
+    0 over the whole answer). Several tokens in one read came at once (a backlog the client
+    read late, or the server sent them together): their offset is an upper bound of each
+    one's arrival. None in a record that did not number its reads (e.g. a historical bench
+    file): its offsets are taken as arrivals."""
     token_events: tuple[int, ...] | None = None
     """For each token id, the number of its event among the answer's token-bearing events
     (from 0); the ids of one event came together. Set with `token_reads`, or not at all."""
+    first_token_after_s: float | None = None
+    """When the read before the first token's returned (0.0, the request's start, when the
+    first token came in the answer's first read): a lower bound of the first token's arrival.
+    Set with `token_reads`, or not at all."""
     ttft_s: float
     finish_reason: str | None = None
     text: str | None = None
@@ -69,16 +74,17 @@ class OracleRow(_Record):
 def _stream_problem(row: OracleRow) -> str | None:
     """What no stream could have given in the row's arrivals; None when they fit together:
     one offset per token id, in order; and where the oracle numbered reads and events, the
-    first offset the TTFT, events numbered 0, 1, 2, … each within one read, reads in order, and
-    the ids of one read at its one time, later reads later."""
+    first offset the TTFT and later than `first_token_after_s`, events numbered 0, 1, 2, … each
+    within one read, reads in order, and the ids of one read at its one time, later reads
+    later."""
     offsets = row.token_offsets_s
     if len(offsets) != len(row.token_ids):
         return f"{len(offsets)} token offsets for {len(row.token_ids)} token ids"
     if any(later < earlier for earlier, later in pairwise(offsets)):
         return "token offsets go back in time"
-    reads, events = row.token_reads, row.token_events
-    if reads is None and events is None:  # another producer's: its TTFT may be its own measure
-        return None
+    reads, events, after = row.token_reads, row.token_events, row.first_token_after_s
+    if reads is None and events is None and after is None:  # another producer's: its TTFT
+        return None  # may be its own measure
     if offsets and row.ttft_s != offsets[0]:
         return f"ttft_s {row.ttft_s!r} is not the first token's offset {offsets[0]!r}"
     if reads is None or events is None or not len(reads) == len(events) == len(offsets):
@@ -86,6 +92,13 @@ def _stream_problem(row: OracleRow) -> str | None:
             f"token_reads ({'none' if reads is None else len(reads)}) and token_events "
             f"({'none' if events is None else len(events)}) must both number each of the "
             f"{len(offsets)} token ids"
+        )
+    if after is None:
+        return "first_token_after_s is missing beside token_reads and token_events"
+    if offsets and not 0.0 <= after < offsets[0]:
+        return (
+            f"first_token_after_s {after!r} is not an earlier read's time: it must lie in "
+            f"[0, {offsets[0]!r}) (the first token's offset)"
         )
     steps = list(zip(offsets, reads, events, strict=True))
     if steps and steps[0][2] != 0:
@@ -201,7 +214,8 @@ class Verdicts(RootModel[tuple[Verdict, ...]]):
 class Rows(RootModel[tuple[OracleRow, ...]]):
     """`start-N/rows.json`: the suite's rows of one start, in prompt order. Written by the
     oracle, each numbers the read and the event of every token: a row without them would take
-    every offset as an arrival, so it is refused."""
+    every offset as an arrival, so it is refused (the validator of `OracleRow` requires the
+    three together)."""
 
     model_config = ConfigDict(frozen=True, strict=True)
 
@@ -210,7 +224,7 @@ class Rows(RootModel[tuple[OracleRow, ...]]):
         unnumbered = [row.prompt_id for row in self.root if row.token_reads is None]
         if unnumbered:
             raise ValueError(
-                "rows without token_reads and token_events (the oracle numbers both): "
-                + ", ".join(unnumbered)
+                "rows without token_reads, token_events and first_token_after_s (the oracle "
+                "records them): " + ", ".join(unnumbered)
             )
         return self

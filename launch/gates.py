@@ -412,7 +412,7 @@ def throughput(gate: ThroughputGate, rows: Sequence[OracleRow], sealed: float) -
     relation = ">=" if passed else "<"
     summary = (
         f"conventional median {median:.2f} tok/s over {gate.tokens} tokens {relation} floor "
-        f"{floor_rate:.2f} ({gate.floor} of sealed {sealed:.2f}){measured.summary_of_left_out}"
+        f"{floor_rate:.2f} ({gate.floor} of sealed {sealed:.2f}){measured.summary_of_bounds}"
     )
     details: dict[str, object] = {
         "tokens": gate.tokens,
@@ -451,9 +451,9 @@ def fresh_start_throughput(
         f"start {start} {found:.2f} tok/s vs start 1 {reference:.2f} tok/s over {tokens} "
         f"tokens: deviation {deviation:.4f} {relation} {gate.relative_tolerance}"
         + "".join(
-            f" (start {number}{measured.summary_of_left_out})"
+            f" (start {number}{measured.summary_of_bounds})"
             for number, measured in ((1, measured_first), (start, measured_again))
-            if measured.left_out
+            if measured.lower_bounds
         )
     )
     return _verdict(
@@ -694,7 +694,7 @@ def captured_throughput(gate: ThroughputGate, rows: Sequence[OracleRow]) -> Verd
         return _unmeasurable("throughput", error)
     summary = (
         f"captures the teacher's rate: conventional median {measured.conventional_median:.2f} "
-        f"tok/s over {gate.tokens} tokens{measured.summary_of_left_out}"
+        f"tok/s over {gate.tokens} tokens{measured.summary_of_bounds}"
     )
     return Verdict(
         gate="throughput",
@@ -709,8 +709,8 @@ def captured_throughput(gate: ThroughputGate, rows: Sequence[OracleRow]) -> Verd
 
 
 def _per_row(measured: Throughput) -> dict[str, object]:
-    """Each measured row's rate and each row left out with why, for a verdict's details."""
+    """Each row's rate, and why those that are lower bounds are, for a verdict's details."""
     return {
         "rows": {rate.prompt_id: rate.conventional for rate in measured.rows},
-        "left_out": {row.prompt_id: row.reason for row in measured.left_out},
+        "lower_bounds": measured.lower_bounds,
     }

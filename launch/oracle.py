@@ -7,11 +7,12 @@ the manifest's chat template kwargs) with `"return_token_ids": true` and
 `prompt_tokens_details.cached_tokens`) and the arrival of every token id are taken from the
 stream as it comes. A token arrives with the socket read that brought its event: its offset is
 when that read returned (monotonic clock, from the request's start), and the row numbers each
-token's read and event, so a read that brought several events (the client was late and read a
-backlog, whose offsets are then not arrivals) can be told from one read as it came
-(`launch.throughput` leaves such a row out of a rate rather than believe it). There is no
-retry and no warm-up generation: the first answer is the answer. It also reads `/metrics` as
-raw text, kept as evidence and diffed by `launch.metrics`.
+token's read and event, so a read that brought several tokens (the client was late and read a
+backlog, or the server sent them at once) can be told from one read as it came. The row also
+keeps when the read before the first token's returned, after which the first token arrived
+(where `launch.throughput` opens a window whose first token came with later ones). There is
+no retry and no warm-up generation: the first answer is the answer. It also reads `/metrics`
+as raw text, kept as evidence and diffed by `launch.metrics`.
 
 A request that fails (the server gone, an HTTP error, a stream without token ids or usage)
 raises `OracleFailed` naming the prompt and what was found; the rows answered before it are
@@ -159,6 +160,7 @@ def _stream_answer(url: httpx.URL, path: str, body: bytes, stream: _Stream, wher
         with TimedPost(url.host, port, target, body, timeout_s=REQUEST_TIMEOUT_S) as answer:
             if answer.status != httpx.codes.OK:
                 raise _refused(answer.status, answer.text(500), path, where)
+            stream.feed(answer.head)
             for piece in answer.body():
                 stream.feed(piece)
     except PostFailed as error:
@@ -222,13 +224,20 @@ class _Stream:
         self.done = False
         self._lines = _Lines()
         self._last: BodyPiece | None = None
+        self._before = 0.0
+        """When the read before the latest one returned (the request's start before any)."""
+        self.first_token_after_s = 0.0
+        """`_before` as of the read that brought the first token."""
 
     @property
     def tokens(self) -> int:
         return len(self.token_ids)
 
     def feed(self, piece: BodyPiece) -> None:
-        """Each line `piece` completes, taken as of the read that brought its last byte."""
+        """Each line `piece` completes, taken as of the read that brought its last byte. The
+        answer's head is fed first, as a piece of no bytes."""
+        if self._last is not None and piece.read != self._last.read:
+            self._before = self._last.offset_s
         self._last = piece
         for line in self._lines.feed(piece.data):
             self.take(line.decode("utf-8", errors="replace"), piece)
@@ -266,6 +275,8 @@ class _Stream:
     def _take_choice(self, choice: dict[str, Any], piece: BodyPiece) -> None:
         ids = choice.get("token_ids") or ()
         event = self.events[-1] + 1 if self.events else 0
+        if ids and not self.token_ids:
+            self.first_token_after_s = self._before
         self.token_ids.extend(int(token) for token in ids)
         self.offsets.extend(piece.offset_s for _ in ids)
         self.reads.extend(piece.read for _ in ids)
@@ -303,6 +314,7 @@ class _Stream:
             token_offsets_s=tuple(self.offsets),
             token_reads=tuple(self.reads),
             token_events=tuple(self.events),
+            first_token_after_s=self.first_token_after_s,
             ttft_s=self.offsets[0],
             finish_reason=self.finish_reason,
         )

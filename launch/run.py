@@ -69,7 +69,7 @@ from repro_serving.launch.rundir import (
     RunStatus,
 )
 from repro_serving.launch.spec import server_spec
-from repro_serving.launch.throughput import UnmeasurableRow, measure, row_rate
+from repro_serving.launch.throughput import RowRate, UnmeasurableRow, measure, row_rate
 
 """Gates that compare a run with a teacher; without one the run captures the teacher."""
 INTERRUPT_SIGNALS: Final = (signal.SIGINT, signal.SIGTERM)
@@ -504,12 +504,14 @@ def _audit_summary(report: AuditReport) -> dict[str, Any]:
 
 
 def _row_document(record: RunRecord, row: OracleRow) -> dict[str, Any]:
+    rate = gated_row_rate(record.plan.manifest, row)
     return {
         "prompt_id": row.prompt_id,
         "exact": exact(record.plan.teacher, row),
         "tokens": len(row.token_ids),
         "cached_tokens": row.cached_tokens,
-        "tok_s": row_tokens_per_second(record.plan.manifest, row),
+        "tok_s": None if rate is None else rate.conventional,
+        "tok_s_lower_bound": rate is not None and rate.bound is not None,
         "ttft_s": row.ttft_s,
     }
 
@@ -522,12 +524,13 @@ def exact(teacher: Teacher | None, row: OracleRow) -> bool | None:
     return expected is not None and expected.token_ids == row.token_ids
 
 
-def row_tokens_per_second(manifest: Manifest, row: OracleRow) -> float | None:
-    """The row's conventional rate over the gated window (every token if none is gated)."""
+def gated_row_rate(manifest: Manifest, row: OracleRow) -> RowRate | None:
+    """The row's rates over the gated window (every token if none is gated); None when it has
+    none."""
     gate = manifest.oracle.gates.throughput
     tokens = gate.tokens if gate is not None else len(row.token_offsets_s)
     try:
-        return row_rate(row, tokens).conventional
+        return row_rate(row, tokens)
     except UnmeasurableRow:
         return None
 

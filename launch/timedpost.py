@@ -55,6 +55,8 @@ class TimedAnswer:
         self._received = 0
         self._closed = False
         self.status = self._head()
+        self.head = BodyPiece(b"", self._read, self._offset_s)
+        """The read that completed the head, as a piece of no body bytes."""
 
     def body(self) -> Iterator[BodyPiece]:
         """The body's pieces until the answer ends."""

@@ -507,8 +507,9 @@ def test_a_row_too_short_for_the_window_fails_the_throughput_gate(record: Record
 
 def read_late(rows: Sequence[OracleRow], *prompt_ids: str) -> tuple[OracleRow, ...]:
     """`rows` with their reads and events numbered as a stream numbers them (the record's
-    tokens at one offset came in one event, read alone), but those of `prompt_ids`, whose first
-    two events came in one read (as a client not scheduled for a while reads them)."""
+    tokens at one offset came in one event, read alone, the read before the first at half its
+    offset), but those of `prompt_ids`, whose first two events came in one read (as a client
+    not scheduled for a while reads them)."""
     numbered = []
     for row in rows:
         offsets = list(row.token_offsets_s)
@@ -523,36 +524,51 @@ def read_late(rows: Sequence[OracleRow], *prompt_ids: str) -> tuple[OracleRow, .
             "ttft_s": offsets[0],
             "token_reads": reads,
             "token_events": events,
+            "first_token_after_s": row.token_offsets_s[0] / 2,
         }
         numbered.append(OracleRow.model_validate({**row.model_dump(), **update}))
     return tuple(numbered)
 
 
-def test_a_row_read_out_of_a_backlog_is_left_out_of_the_gated_median_by_name(
+def test_a_row_read_out_of_a_backlog_is_a_lower_bound_in_the_gated_median_by_name(
     record: Record,
 ) -> None:
+    """Read late, a row's window opens at the read before its first token: its rate is lower,
+    never higher, than the one its tokens read as they came give, and the verdict says so."""
     rows = record.bench.rows
     late = rows[0].prompt_id
-    verdict = gates.throughput(THROUGHPUT, read_late(rows, late), CONVENTIONAL_MEDIAN)
-    kept = gates.throughput(THROUGHPUT, read_late(rows[1:]), CONVENTIONAL_MEDIAN)
-    assert (
-        kept.details["conventional_median"]
-        == gates.throughput(THROUGHPUT, rows[1:], CONVENTIONAL_MEDIAN).details[
-            "conventional_median"
-        ]
-    ), "numbered as the record's offsets say: the same rates"
-    assert verdict.details["conventional_median"] == kept.details["conventional_median"]
-    reason = "token 0 in a read of 2 events (a backlog: the client was late)"
-    assert verdict.details["left_out"] == {late: reason}
-    assert verdict.summary.endswith(f"; 1 of {len(rows)} rows left out ({late}: {reason})")
-    assert late not in verdict.details["rows"]  # type: ignore[operator]
+    numbered = read_late(rows, late)
+    reads = numbered[0].token_reads or ()
+    verdict = gates.throughput(THROUGHPUT, numbered, CONVENTIONAL_MEDIAN)
+    asis = gates.throughput(THROUGHPUT, read_late(rows), CONVENTIONAL_MEDIAN)
+    assert asis.details == gates.throughput(THROUGHPUT, rows, CONVENTIONAL_MEDIAN).details, (
+        "numbered as the record's offsets say: the same rates"
+    )
+    rates, bounded = asis.details["rows"], verdict.details["rows"]
+    assert isinstance(rates, dict) and isinstance(bounded, dict)
+    assert bounded[late] < rates[late]
+    assert {k: v for k, v in bounded.items() if k != late} == {
+        k: v for k, v in rates.items() if k != late
+    }
+    offset = rows[0].token_offsets_s[0] / 2
+    reason = (
+        f"token 0 came in a read of {reads.count(reads[0])} tokens, so the window opens at the "
+        "read before "
+        f"({offset * 1000:.1f} ms)"
+    )
+    assert verdict.details["lower_bounds"] == {late: reason}
+    assert asis.details["lower_bounds"] == {}
+    assert verdict.summary.endswith(
+        f"; 1 of {len(rows)} rows' rates are lower bounds ({late}: {reason})"
+    )
 
 
-def test_a_run_capturing_the_teacher_states_the_rate_it_seals_or_fails_without_one(
+def test_a_run_capturing_the_teacher_states_the_rate_it_seals_and_its_bounds(
     record: Record,
 ) -> None:
     """The teacher's rate is what every replay's floor scales: a run capturing it says which
-    rate it captured, and fails when most rows were read out of a backlog (nothing to seal)."""
+    rate it captured, and which rows' rates in it are lower bounds; a row without a rate
+    fails it (nothing to seal)."""
     evidence = record.run_evidence().model_copy(update={"teacher": None})
     (captured,) = (v for v in gates.judge_run(GATES, evidence) if v.gate == "throughput")
     assert captured.status is VerdictStatus.NOT_APPLICABLE
@@ -560,15 +576,23 @@ def test_a_run_capturing_the_teacher_states_the_rate_it_seals_or_fails_without_o
         f"captures the teacher's rate: conventional median {CONVENTIONAL_MEDIAN:.2f} tok/s "
         "over 100 tokens"
     )
-    half = len(evidence.rows or ()) // 2 + 1
-    late = [row.prompt_id for row in (evidence.rows or ())[:half]]
-    unread = evidence.model_copy(update={"rows": read_late(evidence.rows or (), *late)})
-    (refused,) = (v for v in gates.judge_run(GATES, unread) if v.gate == "throughput")
-    assert refused.status is VerdictStatus.FAIL
-    assert refused.summary == (
-        "most rows' windows do not start or end at an arrival: the suite has no rate"
+    rows = evidence.rows or ()
+    late = rows[0].prompt_id
+    bounded = evidence.model_copy(update={"rows": read_late(rows, late)})
+    (lower,) = (v for v in gates.judge_run(GATES, bounded) if v.gate == "throughput")
+    assert lower.status is VerdictStatus.NOT_APPLICABLE
+    assert f"rows' rates are lower bounds ({late}: token 0 came in a read" in lower.summary
+    short = rows[0].model_copy(
+        update={
+            "token_ids": rows[0].token_ids[:99],
+            "token_offsets_s": rows[0].token_offsets_s[:99],
+        }
     )
-    assert set(refused.details) == {"where", "expected", "found", "hint"}
+    unmeasured = evidence.model_copy(update={"rows": (short, *rows[1:])})
+    (refused,) = (v for v in gates.judge_run(GATES, unmeasured) if v.gate == "throughput")
+    assert refused.status is VerdictStatus.FAIL
+    assert refused.summary == (f"row {late!r} streamed fewer tokens than the throughput window")
+    assert set(refused.details) == {"where", "expected", "found"}
 
 
 # --- judge --------------------------------------------------------------------------------------

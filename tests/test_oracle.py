@@ -24,7 +24,7 @@ from conftest import REPO_ROOT, TinyServer
 from repro_serving.builder.manifest import Suite
 from repro_serving.launch import oracle
 from repro_serving.launch.evidence import OracleRow
-from repro_serving.launch.throughput import UnobservedWindow, row_span
+from repro_serving.launch.throughput import row_rate, row_window
 
 SUITE = Suite.from_path(REPO_ROOT / "manifests" / "suites" / "tiny-cpu.json")
 COMPLETION_SUITE = Suite.from_path(REPO_ROOT / "tests" / "manifests" / "suites" / "completion.json")
@@ -252,6 +252,25 @@ def test_each_token_is_timed_by_the_read_that_brought_it_and_a_backlog_is_counte
     assert offsets[1] == offsets[2] == offsets[3], "one read, one time"
     assert offsets[1] - offsets[0] >= PAUSE and offsets[4] - offsets[3] >= 2 * PAUSE
     assert row.text == "abcdllo"
+    assert 0 <= (row.first_token_after_s or 0) <= offsets[0] - PAUSE, "the role chunk's read"
+    assert row_window(row, 2).opens_s == offsets[0], "token 0 came alone in its read"
+
+
+def test_a_first_token_read_with_later_ones_opens_the_window_at_the_read_before(
+    replay: tuple[str, type[Replay]],
+) -> None:
+    base_url, handler = replay
+    first, second, third = (chunk(choices=[chat_choice(t, [i])]) for i, t in enumerate("abc"))
+    handler.stream = [
+        ROLE_CHUNK, PAUSE, first + second, PAUSE, third, chunk(choices=[], usage=USAGE),
+        b"data: [DONE]\n\n",
+    ]  # fmt: skip
+    row = ask_first(base_url)
+    after, offsets = row.first_token_after_s, row.token_offsets_s
+    assert after is not None and offsets[1] - after >= PAUSE, "the role chunk's read, apart"
+    window = row_window(row, 3)
+    assert (window.opens_s, window.closes_s) == (after, offsets[2])
+    assert window.bound is not None and window.bound.startswith("token 0 came in a read of 2")
 
 
 @pytest.mark.server
@@ -260,7 +279,7 @@ def test_a_client_stalled_while_the_real_server_streams_reads_a_backlog_and_says
 ) -> None:
     """The client process is stopped for half a second while the server streams a long answer
     (prompt 0 runs to 400 tokens on the tiny model): the tokens that piled up come in one read,
-    counted as such, and a window ending among them has no rate."""
+    counted as such, and a window ending among them has only a lower bound of a rate."""
     long = SUITE.model_copy(update={"max_tokens": 400})
     with oracle.client_for(tiny_server.base_url) as client:
         request = oracle.OracleRequest(long, oracle.served_model(client))
@@ -282,8 +301,9 @@ def test_a_client_stalled_while_the_real_server_streams_reads_a_backlog_and_says
     assert backlog > 10, "half a second of tokens cannot have come one read each"
     first = reads.index(next(read for read in reads if reads.count(read) == backlog))
     assert row.token_offsets_s[first : first + backlog] == (row.token_offsets_s[first],) * backlog
-    with pytest.raises(UnobservedWindow, match="an end of its window"):
-        row_span(row, first + 1)
+    ending = row_rate(row, first + 1)
+    assert ending.bound == f"token {first} came in a read of {backlog} events"
+    assert ending.conventional < row_rate(row, first).conventional, "the stall is in its span"
 
 
 @pytest.mark.server

@@ -437,8 +437,9 @@ def test_launch_writes_the_runs_report_beside_it_and_prints_its_path(
     runs = tmp_path / "runs"
     argv = ["launch", str(bundle), "--key", str(PUB), "--signing-key", str(KEY_FILE)]
     code = main(["-q", *argv, "--runs", str(runs)])
-    html = _printed_report(capsys.readouterr().out)
-    assert code == 0
+    out = capsys.readouterr().out
+    html = _printed_report(out)
+    assert code == 0, out[-3000:]
     (run,) = [p for p in runs.iterdir() if p.is_dir() and p.name[0] != "."]
     assert html == beside(run) and html.is_file()
     text = _text(html)

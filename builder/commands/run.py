@@ -45,6 +45,9 @@ class RowSummary(Output):
     cached_tokens: int | None
     tok_s: float | None
     """The row's (N-1)/span over the gated window; null when it cannot be measured."""
+    tok_s_lower_bound: bool
+    """`tok_s` is a lower bound: token 0 came with later tokens, or the window's last token in a
+    read of several events (`launch.throughput`)."""
     ttft_s: float
 
 
@@ -303,12 +306,18 @@ def _rows_table(start: dict[str, Any]) -> Any:
                 {None: "-", True: "yes", False: "NO"}[row["exact"]],
                 row["tokens"],
                 "-" if row["cached_tokens"] is None else row["cached_tokens"],
-                "-" if row["tok_s"] is None else f"{row['tok_s']:.1f}",
+                _rate_cell(row),
                 f"{row['ttft_s'] * 1000:.0f}",
             )
             for row in start["rows"]
         ),
     )
+
+
+def _rate_cell(row: dict[str, Any]) -> str:
+    if row["tok_s"] is None:
+        return "-"
+    return ("≥ " if row["tok_s_lower_bound"] else "") + f"{row['tok_s']:.1f}"
 
 
 def _metrics_line(start: dict[str, Any]) -> str:

@@ -354,7 +354,7 @@ def throughput(
         sealed_rate=rate,
         floor_rate=gate.floor * rate,
         gated=gated,
-        left_out={row.prompt_id: row.reason for row in measured.left_out},
+        lower_bounds=measured.lower_bounds,
     )
 
 

@@ -134,8 +134,9 @@ class Throughput(_Model):
     capturing its teacher sets the floor its replays must reach."""
     problem: str | None = None
     """Why the sealed rate is not the one the rows it was captured from give."""
-    left_out: dict[str, str] = {}
-    """Rows left out of the medians (read out of a backlog), by prompt id, with why."""
+    lower_bounds: dict[str, str] = {}
+    """Rows whose rates are lower bounds (token 0 came with later tokens, or the window's last
+    token in a read of several events), by prompt id, with why."""
 
 
 class Acceptance(_Model):

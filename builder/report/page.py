@@ -217,9 +217,9 @@ def _timings(
             + ("" if throughput.gated else ", the rate a replay of this bundle must reach")
             + ".</p>"
         )
-        if throughput.left_out:
-            named = "; ".join(f"{k}: {v}" for k, v in throughput.left_out.items())
-            summary += f'<p class="problem">Left out of the medians: {_e(named)}.</p>'
+        if throughput.lower_bounds:
+            named = "; ".join(f"{k}: {v}" for k, v in throughput.lower_bounds.items())
+            summary += f"<p>Lower bounds, not arrivals, in the medians: {_e(named)}.</p>"
         if throughput.problem:
             summary += f'<p class="problem">{_e(throughput.problem)}</p>'
     rows = [
