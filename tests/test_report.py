@@ -203,6 +203,37 @@ def test_the_rates_shown_are_those_the_sealed_offsets_give(rebuilt: Path, tmp_pa
     )
 
 
+def test_a_rate_that_is_a_lower_bound_is_marked_and_named(tmp_path: Path) -> None:
+    """The first two tokens of one row of the tiny bundle put in one read (as a client read
+    late): its window opens at the read before, and the page marks its rates with `≥` and
+    names why."""
+    rows_file = "evidence/start-1/rows.json"
+
+    def read_late(root: Path) -> None:
+        path = root / rows_file
+        rows = json.loads(path.read_text())
+        row = rows[0]
+        row["token_offsets_s"][0] = row["token_offsets_s"][1]
+        row["ttft_s"] = row["token_offsets_s"][0]
+        row["token_reads"][0] = row["token_reads"][1]
+        path.write_text(json.dumps(rows))
+
+    changed = resealed(COMMITTED_TINY, tmp_path, read_late, "manifests/tiny-cpu.toml")
+    report = write_page(changed, TRUSTED, out=tmp_path / "late.html").report
+    assert report.throughput is not None
+    late = json.loads((changed / rows_file).read_text())[0]
+    after_ms = late["first_token_after_s"] * 1000
+    assert report.throughput.lower_bounds == {
+        late["prompt_id"]: "token 0 came in a read of 2 tokens, so the window opens at the read "
+        f"before ({after_ms:.1f} ms)"
+    }
+    text = _text(tmp_path / "late.html")
+    assert "Lower bounds, not arrivals, in the medians: " + late["prompt_id"] in text
+    (timing,) = [t for t in report.timings if t.prompt_id == late["prompt_id"]]
+    assert timing.conventional is not None and f"≥ {timing.conventional:.2f}" in text
+    assert text.count("≥ ") == 2, "both conventions of that row, no other"
+
+
 def test_a_teacher_rate_other_than_its_rows_give_is_named() -> None:
     """The floor of a replay scales the teacher's stated rate: the report recomputes it from
     the rows it was captured from and says when they disagree."""

@@ -222,13 +222,14 @@ def _timings(
             summary += f"<p>Lower bounds, not arrivals, in the medians: {_e(named)}.</p>"
         if throughput.problem:
             summary += f'<p class="problem">{_e(throughput.problem)}</p>'
+    bounded = throughput.lower_bounds if throughput is not None else {}
     rows = [
         (
             t.prompt_id,
             str(t.tokens),
             f"{t.ttft_s:.3f}",
-            "—" if t.conventional is None else f"{t.conventional:.2f}",
-            "—" if t.historical is None else f"{t.historical:.2f}",
+            _rate(t.conventional, t.prompt_id in bounded),
+            _rate(t.historical, t.prompt_id in bounded),
             _exact(t),
         )
         for t in timings
@@ -247,6 +248,12 @@ def _timings(
         + table
         + "</section>"
     )
+
+
+def _rate(rate: float | None, lower_bound: bool) -> str:
+    if rate is None:
+        return "—"
+    return ("≥ " if lower_bound else "") + f"{rate:.2f}"
 
 
 def _exact(timing: PromptTiming) -> str:
