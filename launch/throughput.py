@@ -52,6 +52,11 @@ class Window:
     """Why the span may be longer than the server's (token 0 came with later tokens, or token
     N-1 in a read of several events); None when both ends were read as they came."""
 
+    @property
+    def span_s(self) -> float:
+        """Seconds from the window's opening to its close."""
+        return self.closes_s - self.opens_s
+
 
 @dataclass(frozen=True)
 class RowRate:
@@ -118,25 +123,20 @@ def row_window(row: OracleRow, tokens: int) -> Window:
         together = len({e for r, e in zip(reads, events, strict=True) if r == last})
         if together > 1:
             bounds.append(f"token {tokens - 1} came in a read of {together} events")
-    if closes - opens <= 0:
+    window = Window(opens, closes, ", and ".join(bounds) or None)
+    if window.span_s <= 0:
         raise UnmeasurableRow(
             f"row {row.prompt_id!r} has no time between its first and last measured token",
             where=where,
             expected=f"t[{tokens - 1}] - t[0] > 0",
-            found=f"{closes - opens!r} s",
+            found=f"{window.span_s!r} s",
         )
-    return Window(opens, closes, "; ".join(bounds) or None)
-
-
-def row_span(row: OracleRow, tokens: int) -> float:
-    """The span of the row's window over its first N tokens, in seconds."""
-    window = row_window(row, tokens)
-    return window.closes_s - window.opens_s
+    return window
 
 
 def row_rate(row: OracleRow, tokens: int) -> RowRate:
     window = row_window(row, tokens)
-    span = window.closes_s - window.opens_s
+    span = window.span_s
     return RowRate(row.prompt_id, span, (tokens - 1) / span, tokens / span, window.bound)
 
 

@@ -15,7 +15,6 @@ from repro_serving.launch.throughput import (
     UnmeasurableRow,
     measure,
     row_rate,
-    row_span,
 )
 
 
@@ -58,8 +57,8 @@ BACKLOG = [0.1, 0.1, 0.4, 0.4]
 
 def test_span_starts_at_the_first_token_and_ends_at_the_nth() -> None:
     offsets = [2.0, 2.25, 2.5, 2.75, 3.0, 9.0]
-    assert row_span(row(offsets), 5) == 1.0
-    assert row_span(row(offsets), 6) == 7.0
+    assert row_rate(row(offsets), 5).span_s == 1.0
+    assert row_rate(row(offsets), 6).span_s == 7.0
 
 
 def test_conventional_rate_counts_intervals_and_historical_counts_events() -> None:
@@ -147,8 +146,8 @@ def test_a_window_opening_in_a_read_of_several_tokens_opens_at_the_read_before()
     assert rate.span_s == pytest.approx(0.35)
     assert rate.conventional == pytest.approx(3 / 0.35)
     assert rate.bound == (
-        "token 0 came in a read of 2 tokens, so the window opens at the read before (50.0 ms); "
-        "token 3 came in a read of 2 events"
+        "token 0 came in a read of 2 tokens, so the window opens at the read before (50.0 ms), "
+        "and token 3 came in a read of 2 events"
     )
     assert row_rate(row(STEADY, events=EACH), 4).bound is None, "each token read alone"
 
@@ -160,7 +159,7 @@ def test_only_the_ends_of_the_window_make_a_rate_a_bound() -> None:
     inside = row([0.1, 0.9, 0.9, 0.9, 1.6], events=[0, 1, 2, 2, 3])
     assert row_rate(inside, 5) == row_rate(row([0.1, 0.9, 0.9, 0.9, 1.6]), 5)
     after = row([*STEADY, 9.0, 9.0], events=[0, 1, 2, 3, 4, 5])
-    assert row_rate(after, 4).bound is None and row_span(after, 4) == 1.5
+    assert row_rate(after, 4).bound is None and row_rate(after, 4).span_s == 1.5
     step = row([0.1, 0.6, 1.6, 1.6], events=[0, 1, 2, 2])
     assert row_rate(step, 4).bound is None, "the N-th token came in one event with the one before"
     for offsets, events, span in (
@@ -236,7 +235,7 @@ def test_a_suite_read_late_still_has_a_rate_and_names_its_bounds() -> None:
     assert set(measured.lower_bounds) == {"b", "c"}
     assert measured.summary_of_bounds == (
         "; 2 of 3 rows' rates are lower bounds (b: token 0 came in a read of 2 tokens, so the "
-        "window opens at the read before (50.0 ms); token 3 came in a read of 2 events; c: "
+        "window opens at the read before (50.0 ms), and token 3 came in a read of 2 events; c: "
         "token 0 came in a read of 2 tokens, so the window opens at the read before (0.0 ms))"
     )
     assert measure(rows[:1], 4).summary_of_bounds == ""
