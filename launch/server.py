@@ -21,7 +21,7 @@ import signal
 import socket
 import subprocess
 import time
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -57,7 +57,9 @@ class ServerSpec:
     log_path: Path
     host: str = "127.0.0.1"
     cwd: Path | None = None
-    readiness_path: str = "/v1/models"
+    readiness_path: str | None = "/v1/models"
+    """None: the process serves no HTTP (a headless rank): started is all it can be, and it
+    holds no port to check free before or after."""
     ready_timeout_s: float = 180.0
     poll_interval_s: float = 0.5
     stop_timeout_s: float = 30.0
@@ -117,7 +119,19 @@ def serving(spec: ServerSpec) -> Iterator[RunningServer]:
 
 def start(spec: ServerSpec) -> RunningServer:
     """Start the server and wait for readiness; on failure nothing of it is left running."""
-    refuse_port_in_use(spec.host, spec.port)
+    starting = spawn(spec)
+    try:
+        return dataclasses.replace(starting, ready_after_s=_await_ready(starting))
+    except BaseException:
+        with contextlib.suppress(ReproError):
+            stop(starting)
+        raise
+
+
+def spawn(spec: ServerSpec) -> RunningServer:
+    """Start the tree and return at once; readiness is the caller's to await (`await_ready`)."""
+    if spec.readiness_path is not None:
+        refuse_port_in_use(spec.host, spec.port)
     spec.log_path.parent.mkdir(parents=True, exist_ok=True)
     started_at = time.monotonic()
     with spec.log_path.open("wb") as log:
@@ -130,15 +144,9 @@ def start(spec: ServerSpec) -> RunningServer:
             stderr=subprocess.STDOUT,
             start_new_session=True,
         )
-    starting = RunningServer(
+    return RunningServer(
         spec=spec, pid=process.pid, started_at=started_at, ready_after_s=0.0, process=process
     )
-    try:
-        return dataclasses.replace(starting, ready_after_s=_await_ready(starting))
-    except BaseException:
-        with contextlib.suppress(ReproError):
-            stop(starting)
-        raise
 
 
 def stop(server: RunningServer) -> Teardown:
@@ -154,7 +162,8 @@ def stop(server: RunningServer) -> Teardown:
         _reap_leader(server.process, server.spec.stop_timeout_s)
         psutil.wait_procs(survivors, timeout=server.spec.stop_timeout_s)
     _prove_gone(server, members)
-    _await_port_free(server.spec)
+    if server.spec.readiness_path is not None:
+        _await_port_free(server.spec)
     pids = tuple(sorted(process.pid for process in members))
     return Teardown(pids=pids, killed=killed, seconds=time.monotonic() - began)
 
@@ -247,21 +256,30 @@ def log_tail(path: Path, lines: int = LOG_TAIL_LINES) -> str:
 
 
 def _await_ready(server: RunningServer) -> float:
+    def exited() -> str | None:
+        code = server.process.poll()
+        return None if code is None else f"it exited with status {code} before it was ready"
+
+    return await_ready(server.spec, server.started_at, exited)
+
+
+def await_ready(spec: ServerSpec, started_at: float, exited: Callable[[], str | None]) -> float:
+    """Seconds from `started_at` until `spec`'s readiness probe answers 200; `exited` says what
+    ended meanwhile (then nothing will answer), else None."""
     import httpx
 
-    spec = server.spec
-    url = spec.base_url + spec.readiness_path
-    deadline = server.started_at + spec.ready_timeout_s
+    url = f"{spec.base_url}{spec.readiness_path}"
+    deadline = started_at + spec.ready_timeout_s
     with httpx.Client(trust_env=False, timeout=spec.poll_interval_s + 5.0) as client:
         while True:
-            exit_code = server.process.poll()
-            if exit_code is not None:
-                raise _did_not_start(spec, f"exited with status {exit_code} before it was ready")
+            ended = exited()
+            if ended is not None:
+                raise _did_not_start(spec, ended)
             if _answers(client, url):
-                return time.monotonic() - server.started_at
+                return time.monotonic() - started_at
             if time.monotonic() >= deadline:
                 raise _did_not_start(
-                    spec, f"did not answer GET {url} within {spec.ready_timeout_s:g} s"
+                    spec, f"it did not answer GET {url} within {spec.ready_timeout_s:g} s"
                 )
             time.sleep(spec.poll_interval_s)
 
@@ -281,7 +299,7 @@ def _did_not_start(spec: ServerSpec, found: str) -> ServerDidNotStart:
         where=f"{spec.argv[0]} (log {spec.log_path})",
         expected=f"HTTP 200 from {spec.base_url}{spec.readiness_path} "
         f"within {spec.ready_timeout_s:g} s",
-        found=f"it {found}; last lines of its log:\n{log_tail(spec.log_path)}",
+        found=f"{found}; last lines of its log:\n{log_tail(spec.log_path)}",
     )
 
 

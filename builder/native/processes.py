@@ -35,6 +35,8 @@ ROLE_PATTERNS: tuple[tuple[str, re.Pattern[str]], ...] = (
     ("resource_tracker", re.compile(r"multiprocessing\.resource_tracker")),
     ("engine_core", re.compile(r"EngineCore")),
     ("worker", re.compile(r"Worker")),
+    # a rank above 0 of a stack served across hosts: `vllm serve --headless` serves no API
+    ("headless", re.compile(r"(^| )--headless( |$)")),
     ("api_server", re.compile(r"entrypoints\.openai\.api_server|entrypoints\.cli|APIServer")),
 )
 
