@@ -565,6 +565,33 @@ class Launch(_Frozen):
         return self
 
 
+# --- [cluster] and [[node]] -----------------------------------------------------------------------
+
+
+class Cluster(_Frozen):
+    """The Ray cluster a manifest of several nodes is served on."""
+
+    address: str | None = None
+    """Ray's address (`host:port` of the head's GCS); None: `RAY_ADDRESS` of the caller."""
+
+
+class Node(_Frozen):
+    """One host of a stack served across hosts: its rank, the Ray node it runs on, what it
+    starts and what must run there. Rank 0 serves the API: it starts `[launch]` (argv, port,
+    readiness) and its processes are `launch.processes`; every other rank starts its own argv
+    (a headless rank) and declares its own processes."""
+
+    rank: Annotated[int, Field(ge=0)]
+    address: Annotated[str, Field(min_length=1)]
+    """The address its Ray node was started with (`ray start --node-ip-address`)."""
+    argv: tuple[str, ...] = ()
+    """Rank 0: none (it starts `launch.argv`); any other rank: what it starts."""
+    env: dict[EnvName, str] = {}
+    """Merged over `launch.env` and the profile's, for this rank only."""
+    processes: dict[Name, Annotated[int, Field(ge=1)]] = {}
+    """Rank 0: none (`launch.processes`); any other rank: its process roles and how many."""
+
+
 # --- [oracle] -------------------------------------------------------------------------------------
 
 
@@ -913,6 +940,10 @@ class Manifest(_Frozen):
     oracle: Oracle
     evidence: Evidence | None = None
     """Set for a record sealed from someone else's evidence instead of a live run."""
+    cluster: Cluster | None = None
+    """Where the nodes are reached; only with `[[node]]`."""
+    declared_nodes: tuple[Node, ...] = Field(default=(), alias="node")
+    """The hosts of a stack served across hosts, by rank; none: one host, the one repro runs on."""
 
     _source: str = PrivateAttr(default="<manifest>")
     _base_dir: Path = PrivateAttr(default=Path())
@@ -945,6 +976,26 @@ class Manifest(_Frozen):
         """A manifest path, relative ones resolved against the manifest's directory."""
         return self._base_dir / path
 
+    @property
+    def clustered(self) -> bool:
+        """Served across the nodes of a Ray cluster (`[[node]]`), not on repro's own host."""
+        return bool(self.declared_nodes)
+
+    def node_argv(self, rank: int, profile: str) -> tuple[str, ...]:
+        """What rank `rank` starts for `profile`: the profile's argv follows every rank's."""
+        if rank == 0:
+            return self.launch.argv_for(profile)
+        return self.declared_nodes[rank].argv + self.launch.profiles[profile].argv
+
+    def node_env(self, rank: int, profile: str) -> dict[str, str]:
+        node_env = self.declared_nodes[rank].env if self.declared_nodes else {}
+        return {**self.launch.env_for(profile), **node_env}
+
+    def node_processes(self, rank: int) -> dict[str, int]:
+        if rank == 0:
+            return dict(self.launch.processes)
+        return dict(self.declared_nodes[rank].processes)
+
     def model(self, role: ModelRole) -> Model | None:
         return next((m for m in self.models if m.role == role), None)
 
@@ -974,9 +1025,54 @@ class Manifest(_Frozen):
             *self._forbidden_launch_env(),
             *self._unknown_teacher(),
             *self._evidence_class(),
+            *self._node_rules(),
         ]
         _raise_all("Manifest", violations)
         return self
+
+    def _node_rules(self) -> list[InitErrorDetails]:
+        """Ranks 0..N-1 in order, one address each; rank 0 starts `[launch]`, every other rank
+        its own argv and processes; `[cluster]` only with nodes, and no imported evidence."""
+        nodes = self.declared_nodes
+        if not nodes:
+            if self.cluster is None:
+                return []
+            expected = "[[node]] entries: a cluster serves a stack across its nodes"
+            return [_violation(("cluster",), "cluster without nodes", expected, "none")]
+        violations = _duplicates(("node",), (n.address for n in nodes), "node address")
+        ranks = [n.rank for n in nodes]
+        if ranks != list(range(len(nodes))):
+            expected = f"ranks 0 to {len(nodes) - 1}, in order"
+            violations.append(_violation(("node",), "node ranks", expected, _show(ranks)))
+        if self.evidence is not None:
+            expected = "no [[node]]: an imported record is not started"
+            violations.append(_violation(("node",), "nodes of an import", expected, "nodes"))
+        for index, node in enumerate(nodes):
+            if node.rank == 0:
+                for key in ("argv", "processes"):
+                    if getattr(node, key):
+                        expected = f"none: rank 0 starts [launch] (launch.{key})"
+                        found = _show(getattr(node, key))
+                        violations.append(_violation(("node", index, key), key, expected, found))
+            else:
+                for key in ("argv", "processes"):
+                    if not getattr(node, key):
+                        expected = f"the {key} of rank {node.rank}"
+                        violations.append(_violation(("node", index, key), key, expected, "none"))
+            if node.rank:
+                for profile in self.launch.profiles or {}:
+                    argv = node.argv + self.launch.profiles[profile].argv
+                    at: Loc = ("node", index, "argv")
+                    violations += _forbidden_flags(at, argv, self.launch.forbidden_argv)
+                    violations += _pinned_flags(at, argv, self.launch.pinned_argv)
+            for name in node.env:
+                if name in self.native.forbidden_environment:
+                    expected = "no variable of native.forbidden_env"
+                    where: Loc = ("node", index, "env", name)
+                    violations.append(
+                        _violation(where, "forbidden environment variable", expected, _show(name))
+                    )
+        return violations
 
     def _evidence_class(self) -> list[InitErrorDetails]:
         """Imported evidence is never `live`: repro observed none of it."""
@@ -1012,6 +1108,10 @@ class Manifest(_Frozen):
             at: Loc = ("launch", "profiles", name)
             yield from (((*at, "argv", i), arg) for i, arg in enumerate(profile.argv))
             yield from (((*at, "env", k), v) for k, v in profile.env.items())
+        for index, node in enumerate(self.declared_nodes):
+            at = ("node", index)
+            yield from (((*at, "argv", i), arg) for i, arg in enumerate(node.argv))
+            yield from (((*at, "env", k), v) for k, v in node.env.items())
 
     def _native_templates(self) -> Iterable[tuple[Loc, str]]:
         for key in ("allowed_roots", "allowed_mappings", "preload"):

@@ -31,8 +31,11 @@ def server_spec(
     *,
     port: int | None = None,
     models: Mapping[str, Path] | None = None,
+    rank: int = 0,
 ) -> ServerSpec:
-    """The start of `profile`; `port` and `models` (role → directory) replace the manifest's."""
+    """The start of `profile` on node `rank` (a manifest of one node has rank 0 alone); `port`
+    and `models` (role → directory) replace the manifest's. A rank other than 0 serves no HTTP:
+    it has no readiness probe, rank 0's readiness is the stack's."""
     launch = manifest.launch
     values = {
         **path_values(manifest),
@@ -49,19 +52,21 @@ def server_spec(
         "PATH": f"{values['venv']}/bin:/usr/bin:/bin",
         "HOME": str(home),
         "TMPDIR": str(tmp),
-        **{name: expand(value, values) for name, value in launch.env_for(profile).items()},
+        **{name: expand(value, values) for name, value in manifest.node_env(rank, profile).items()},
     }
     from repro_serving.launch.server import ServerSpec
 
     return ServerSpec(
-        argv=tuple(expand(arg, values) for arg in launch.argv_for(profile)),
+        argv=tuple(expand(arg, values) for arg in manifest.node_argv(rank, profile)),
         env=env,
         port=int(values["port"]),
         log_path=workdir / LOG_FILE,
+        # Served across nodes, rank 0 answers on its node's address (the suite is asked there).
+        host=manifest.declared_nodes[0].address if manifest.clustered else "127.0.0.1",
         # A fresh directory: vLLM's children inherit an LD_LIBRARY_PATH ending in ':' (cv2 sets
         # it), so the loader searches their working directory; it must hold nothing.
         cwd=workdir / "cwd",
-        readiness_path=launch.readiness.path,
+        readiness_path=launch.readiness.path if rank == 0 else None,
         ready_timeout_s=launch.start_timeout_s,
         stop_timeout_s=launch.stop_timeout_s,
     )
