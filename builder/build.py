@@ -22,6 +22,7 @@ from repro_serving.builder.claims import (
     dispatch_claims,
     environments_claim,
     modules_claim,
+    node_claims,
     oracle_claim,
     roles_claim,
 )
@@ -38,6 +39,7 @@ from repro_serving.builder.lock import (
     Lock,
     ModelClaim,
     NativeClaim,
+    NodeClaim,
     PythonClaim,
     SourceClaim,
 )
@@ -66,9 +68,12 @@ from repro_serving.builder.sealing.seal import (
 )
 from repro_serving.builder.sealing.statement import resolved_dependencies
 from repro_serving.builder.verify import OpenedBundle, recompute
+from repro_serving.launch.cluster import NodesDocument
 from repro_serving.launch.run import RunPlan, RunRecord, capture_teacher, run_profile
 from repro_serving.launch.rundir import (
     AUDIT_DIR,
+    NODES_FILE,
+    RANK_EVIDENCE,
     RUN_EVIDENCE,
     START_EVIDENCE,
 )
@@ -189,8 +194,10 @@ def _build_live(
             refusals.append(_verdict_drift("run", record.error.what))
         raise BuildRefused("the teacher run did not pass", refusals, where=str(run_dir))
     dispatch = live_dispatch(manifest, observed, record, kernel_sets, probes)
-    if dispatch.disagreements:
-        refusals = [_dispatch_drift(problem) for problem in dispatch.disagreements]
+    nodes, node_problems = run_node_claims(manifest, record, observed.values, kernel_sets)
+    if dispatch.disagreements or node_problems:
+        problems = (*dispatch.disagreements, *node_problems)
+        refusals = [_dispatch_drift(problem) for problem in problems]
         raise BuildRefused(
             "the stack's choice of code is not its kernel sets'", refusals, where=str(run_dir)
         )
@@ -213,6 +220,7 @@ def _build_live(
         teacher_sha256=sha256_file(teacher_path),
         dispatch=dispatch.claims,
         artifacts=artifacts,
+        nodes=nodes,
     )
     say("sealing")
     content = BundleContent(
@@ -265,20 +273,54 @@ def _build_imported(
 
 
 def evidence_files(run_dir: Path, starts: int) -> dict[str, Path]:
-    """The run directory's evidence by its name under evidence/."""
+    """The run directory's evidence by its name under evidence/: a stack served across nodes
+    also has its nodes' facts and each rank's directory of each start."""
     files = {
         name: run_dir / name
-        for name in (*RUN_EVIDENCE, OBSERVATIONS_FILE, DISPATCH_FILE)
+        for name in (*RUN_EVIDENCE, OBSERVATIONS_FILE, DISPATCH_FILE, NODES_FILE)
         if (run_dir / name).is_file()
     }
     for number in range(1, starts + 1):
         start = f"start-{number}"
-        for name in START_EVIDENCE:
-            if (run_dir / start / name).is_file():
-                files[f"{start}/{name}"] = run_dir / start / name
-        if (run_dir / start / AUDIT_DIR).is_dir():
-            files[f"{start}/{AUDIT_DIR}"] = run_dir / start / AUDIT_DIR
+        places: list[tuple[str, tuple[str, ...]]] = [(start, START_EVIDENCE)]
+        places += [
+            (f"{start}/{rank.name}", RANK_EVIDENCE)
+            for rank in sorted((run_dir / start).glob("rank-*"))
+        ]
+        for at, names in places:
+            for name in names:
+                if (run_dir / at / name).is_file():
+                    files[f"{at}/{name}"] = run_dir / at / name
+            if (run_dir / at / AUDIT_DIR).is_dir():
+                files[f"{at}/{AUDIT_DIR}"] = run_dir / at / AUDIT_DIR
     return files
+
+
+def run_node_claims(
+    manifest: Manifest,
+    record: RunRecord,
+    values: Mapping[str, str],
+    kernel_sets: Sequence[KernelSet],
+) -> tuple[tuple[NodeClaim, ...], tuple[str, ...]]:
+    """The claims of the nodes of a run served across nodes, from its nodes' facts and its
+    first start's audits (`claims.node_claims`); none for a run on one host."""
+    facts_path = record.plan.run_dir / NODES_FILE
+    if not manifest.clustered or not facts_path.is_file():
+        return (), ()
+    facts = NodesDocument.from_bytes(facts_path.read_bytes(), where=str(facts_path))
+    first = record.starts[0] if record.starts else None
+    audits: dict[int, tuple[ProcessEvidence, ...]] = {0: _first_audit(record)}
+    for rank, rank_record in (first.ranks if first is not None else {}).items():
+        report = rank_record.audit
+        audits[rank] = AuditDocument.of(report).processes if report is not None else ()
+    return node_claims(
+        manifest,
+        record.plan.profile,
+        facts,
+        audits=audits,
+        values=values,
+        kernel_sets=kernel_sets,
+    )
 
 
 def assemble_lock(
@@ -293,6 +335,7 @@ def assemble_lock(
     dispatch: tuple[DispatchClaim, ...],
     artifacts: ArtifactFacts,
     manifest_sha256: str | None = None,
+    nodes: tuple[NodeClaim, ...] = (),
 ) -> Lock:
     """The lock of a run of `manifest`; its digest is that of the file at `manifest_source`
     unless given (a replay's manifest is the bundle's sealed copy, wherever the build read it)."""
@@ -344,6 +387,7 @@ def assemble_lock(
             env=manifest.launch.env_for(record.plan.profile),
         ),
         oracle=oracle_claim(manifest, suite, record.rows, suite_sha256, teacher_sha256),
+        nodes=nodes,
     )
 
 

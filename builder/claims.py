@@ -16,6 +16,7 @@ from repro_serving.builder.lock import (
     DispatchClaim,
     EvidenceClass,
     MappedObject,
+    NodeClaim,
     OracleClaim,
     OracleRowClaim,
     ThroughputClaim,
@@ -27,6 +28,7 @@ from repro_serving.builder.native.kernels import KernelSet
 from repro_serving.builder.native.modules import is_module_file
 from repro_serving.builder.observe.python import placeholder_path
 from repro_serving.builder.sealing.statement import repro_version
+from repro_serving.launch.cluster import NodesDocument
 from repro_serving.launch.evidence import OracleRow
 from repro_serving.launch.throughput import UnmeasurableRow, measure
 
@@ -245,3 +247,59 @@ def dispatch_claims(
     asked = {d.name for kernel_set in kernel_sets for d in kernel_set.dispatch if d.probe}
     disagreements += [f"{name}: an answer to no probe" for name in sorted(set(probes) - asked)]
     return DispatchFindings(tuple(claims), tuple(disagreements))
+
+
+def node_claims(
+    manifest: Manifest,
+    profile: str,
+    facts: NodesDocument,
+    *,
+    audits: Mapping[int, Sequence[ProcessEvidence]],
+    values: Mapping[str, str],
+    kernel_sets: Sequence[KernelSet],
+) -> tuple[tuple[NodeClaim, ...], tuple[str, ...]]:
+    """The claim of each node of a stack served across nodes, from what its actor observed
+    (`facts`) and its rank's audit of the first start (`audits[rank]`); with every place a
+    node's live choice of code is not the one its kernel sets predict, and every node missing
+    or undeclared, named."""
+    claims: list[NodeClaim] = []
+    problems = [
+        f"node {address}: a live Ray node no [[node]] declares" for address in facts.undeclared
+    ]
+    observed = {node.rank: node for node in facts.nodes}
+    for declared in manifest.declared_nodes:
+        node = observed.get(declared.rank)
+        where = f"node rank {declared.rank} ({declared.address})"
+        if node is None or node.address != declared.address:
+            found = "no answer" if node is None else f"an answer from {node.address}"
+            problems.append(f"{where}: {found}")
+            continue
+        processes = audits.get(declared.rank, ())
+        roles = roles_claim(processes, values)
+        env = manifest.node_env(declared.rank, profile)
+        dispatch = dispatch_claims(
+            kernel_sets,
+            manifest.native.modules,
+            host=node.host.capabilities(),
+            env=env,
+            roles=roles,
+            probes=node.probes,
+        )
+        problems += [f"{where}: {problem}" for problem in dispatch.disagreements]
+        claims.append(
+            NodeClaim(
+                evidence=EvidenceClass.LIVE,
+                rank=declared.rank,
+                address=declared.address,
+                hostname=node.hostname,
+                host=node.host.locked(),
+                argv=manifest.node_argv(declared.rank, profile),
+                env=env,
+                roles=roles,
+                environments=environments_claim(processes, values),
+                dispatch=dispatch.claims,
+            )
+        )
+    extra = sorted(set(observed) - {n.rank for n in manifest.declared_nodes})
+    problems += [f"node rank {rank}: an answer from a rank no [[node]] declares" for rank in extra]
+    return tuple(claims), tuple(problems)

@@ -10,16 +10,16 @@ emulation resolves each role's dependencies again in the environment that role s
 from __future__ import annotations
 
 import tempfile
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from repro_serving.builder.drift import Drift, DriftKind
 from repro_serving.builder.errors import ReproError
 from repro_serving.builder.hashing import file_size, over_cores, sha256_file
-from repro_serving.builder.lock import Lock, MappedObject
+from repro_serving.builder.lock import DispatchClaim, Lock, MappedObject
 from repro_serving.builder.manifest import expand
 from repro_serving.builder.native.dispatch import HostCapabilities, differs, predict
-from repro_serving.builder.native.kernels import dispatches
+from repro_serving.builder.native.kernels import KernelSet, dispatches
 from repro_serving.builder.native.loader import FileSystem, dlopen_closure, executable_closure
 from repro_serving.builder.native.loaderhost import (
     HostFileSystem,
@@ -41,9 +41,21 @@ def capabilities() -> HostCapabilities:
 
 def dispatch_drifts(sealed: OpenedBundle, host: HostCapabilities) -> list[Drift]:
     """Each locked choice of code against the one the sealed kernel sets predict for `host`."""
-    rules = dispatches(sealed.kernel_sets())
+    lock = sealed.lock
+    return claim_drifts(lock.native.dispatch, sealed.kernel_sets(), lock.launch.env, host)
+
+
+def claim_drifts(
+    claims: Sequence[DispatchClaim],
+    kernel_sets: Sequence[KernelSet],
+    env: Mapping[str, str],
+    host: HostCapabilities,
+) -> list[Drift]:
+    """Each choice of code `claims` records against the one `kernel_sets` predict for `host`
+    with the launch environment `env`."""
+    rules = dispatches(kernel_sets)
     found = []
-    for claim in sealed.lock.native.dispatch:
+    for claim in claims:
         if claim.name not in rules:
             found.append(
                 Drift(
@@ -55,7 +67,7 @@ def dispatch_drifts(sealed: OpenedBundle, host: HostCapabilities) -> list[Drift]
                 )
             )
             continue
-        here = predict(rules[claim.name][1], host, sealed.lock.launch.env)
+        here = predict(rules[claim.name][1], host, env)
         drift = differs(claim.name, claim.variant, claim.facts, here)
         if drift is not None:
             found.append(drift)

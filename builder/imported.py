@@ -573,11 +573,12 @@ def _lock_check(
         teacher_sha256=sha256_file(oracle / bundle.TEACHER_FILE),
         manifest_sha256=sha256_file(path / bundle.MANIFEST),
     )
-    sections = [name for name in Lock.model_fields if getattr(again, name) != getattr(lock, name)]
+    names = [name for name in Lock.model_fields if name in {*lock.sections(), *again.sections()}]
+    sections = [name for name in names if getattr(again, name) != getattr(lock, name)]
     return ClaimCheck(
         "lock = the sealed manifest, identity and record",
         EvidenceClass.SEALED,
-        f"{len(Lock.model_fields) - len(sections)}/{len(Lock.model_fields)} sections equal",
+        f"{len(names) - len(sections)}/{len(names)} sections equal",
         not sections,
         "differs: " + ", ".join(sections) if sections else "",
     )

@@ -312,6 +312,26 @@ class RecordClaim(_Claim):
     """Gate → pass, fail or n/a."""
 
 
+class NodeClaim(_Claim):
+    """One node of a stack served across nodes (`[[node]]`), as its Ray actor observed it and
+    its rank's live audit of the first start found it."""
+
+    rank: int
+    address: str
+    """The address its Ray node was started with."""
+    hostname: str
+    host: HostFacts
+    argv: tuple[str, ...]
+    """What the rank started, as `launch.argv`: the manifest's, placeholders unexpanded."""
+    env: dict[str, str]
+    """The manifest's variables of the rank's environment (beside PATH, HOME and TMPDIR)."""
+    roles: dict[str, tuple[MappedObject, ...]]
+    """Every ELF each role's processes mapped on that node, as `native.roles`."""
+    environments: dict[str, dict[str, str]] = Field(default_factory=dict)
+    dispatch: tuple[DispatchClaim, ...] = ()
+    """Each choice of code on that node, from its host's facts, its audit and its probes."""
+
+
 class Lock(_Frozen):
     schema_: Literal["repro.lock/v1"] = Field(default=LOCK_SCHEMA, alias="schema")
     bundle: BundleClaim
@@ -324,6 +344,9 @@ class Lock(_Frozen):
     oracle: OracleClaim
     record: RecordClaim | None = None
     """Set for a bundle sealed from imported evidence (`[evidence]`)."""
+    nodes: tuple[NodeClaim, ...] = ()
+    """Every node by rank, for a stack served across nodes; absent (never empty): one host,
+    `host` and `native` alone."""
 
     model_config = ConfigDict(
         frozen=True,
@@ -331,6 +354,24 @@ class Lock(_Frozen):
         populate_by_name=True,
         json_schema_serialization_defaults_required=True,
     )
+
+    OMITTED_WHEN_EMPTY: ClassVar[tuple[str, ...]] = ("nodes",)
+    """Sections written only when they hold something (the schema does not require them)."""
+
+    def sections(self) -> tuple[str, ...]:
+        """The sections the lock writes: `nodes` only for a stack served across nodes."""
+        empty = {name for name in self.OMITTED_WHEN_EMPTY if not getattr(self, name)}
+        return tuple(name for name in type(self).model_fields if name not in empty)
+
+    @model_serializer(mode="wrap")
+    def _nodes_when_served_across_nodes(
+        self, handler: SerializerFunctionWrapHandler
+    ) -> dict[str, Any]:
+        document: dict[str, Any] = handler(self)
+        for name in self.OMITTED_WHEN_EMPTY:
+            if not getattr(self, name):
+                del document[name]
+        return document
 
     @classmethod
     def from_bytes(cls, data: bytes, *, where: str) -> Lock:

@@ -8,8 +8,9 @@ directory is then sealed like a bundle, so the replay is itself evidence anyone 
 
 from __future__ import annotations
 
+import os
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from repro_serving.builder.build import (
@@ -17,13 +18,18 @@ from repro_serving.builder.build import (
     evidence_files,
     live_dispatch,
     probe_dispatch,
+    run_node_claims,
 )
 from repro_serving.builder.canonical import canonical_json
+from repro_serving.builder.drift import Drift
 from repro_serving.builder.hashing import sha256_file
+from repro_serving.builder.hostcheck import claim_drifts
 from repro_serving.builder.native.kernels import KernelSet, kernel_set_files
 from repro_serving.builder.observations import OBSERVATIONS_FILE, ObservationsDocument
+from repro_serving.builder.observe import host as host_observer
 from repro_serving.builder.observe.artifacts import ArtifactFacts
 from repro_serving.builder.observe.dispatch import DISPATCH_FILE
+from repro_serving.builder.observe.python import path_values
 from repro_serving.builder.sealing import bundle
 from repro_serving.builder.sealing.bundle import KERNEL_SETS_DIR, SUITE_FILE, TEACHER_FILE
 from repro_serving.builder.sealing.keys import SigningKey, TrustedKeys
@@ -36,8 +42,9 @@ from repro_serving.builder.verify import (
     gate_outcome,
     verify,
 )
+from repro_serving.launch import cluster
 from repro_serving.launch.evidence import Teacher
-from repro_serving.launch.run import RunPlan, RunRecord, run_profile
+from repro_serving.launch.run import RunPlan, RunRecord, observe_cluster, run_profile
 
 
 class PreflightRefused(NotVerified):
@@ -71,6 +78,11 @@ def launch(
     manifest = opened.manifest
     chosen = profile or ("candidate" if "candidate" in manifest.launch.profiles else None)
     chosen = chosen or manifest.oracle.teacher
+    if manifest.clustered:
+        refused = node_preflight(opened, chosen)
+        if refused:
+            stopped = "a node does not hold the bundle: nothing was started on any node"
+            raise PreflightRefused(replace(preflight, findings=tuple(refused), stopped=stopped))
     teacher = Teacher.from_bytes(opened.teacher_bytes(), where=str(opened.oracle(TEACHER_FILE)))
     name = f"{manifest.bundle.name}-run-{time.strftime('%Y%m%dT%H%M%SZ', time.gmtime())}"
     run_dir = runs / f".{name}.work"
@@ -91,6 +103,7 @@ def launch(
         (run_dir / OBSERVATIONS_FILE).write_bytes(document.to_bytes())
         (run_dir / DISPATCH_FILE).write_bytes(canonical_json(probes))
         dispatch = live_dispatch(manifest, observed, record, kernel_sets, probes)
+        nodes, _problems = run_node_claims(manifest, record, observed.values, kernel_sets)
         lock = assemble_lock(
             manifest,
             opened.lock.bundle.manifest_path,
@@ -102,6 +115,7 @@ def launch(
             dispatch=dispatch.claims,
             artifacts=artifacts,
             manifest_sha256=sha256_file(path / bundle.MANIFEST),
+            nodes=nodes,
         )
         content = BundleContent(
             name=name,
@@ -120,3 +134,26 @@ def launch(
         )
         sealed = seal(content, signing_key, runs)
     return Replay(preflight, record, sealed)
+
+
+def node_preflight(opened: OpenedBundle, profile: str) -> list[Drift]:
+    """Every node of the cluster against the bundle, before anything starts on any: each
+    declared node answers (else `NodeUnreachable`, naming it), no other node is in the
+    cluster, no forbidden variable is set on one, and each node's host holds the manifest's
+    `[host]` and selects the code its sealed node claim ran."""
+    manifest = opened.manifest
+    kernel_sets = opened.kernel_sets()
+    with cluster.connect(manifest, os.environ) as nodes:
+        facts = observe_cluster(nodes, profile, kernel_sets, path_values(manifest))
+    found = cluster.node_drifts(facts)
+    for claim in opened.lock.nodes:
+        node = facts.node(claim.rank).host
+        name = cluster.node_name(claim.rank, claim.address)
+        found += [
+            drift.model_copy(update={"subject": f"{name}: {drift.subject}"})
+            for drift in (
+                *host_observer.compare(manifest.host, node),
+                *claim_drifts(claim.dispatch, kernel_sets, claim.env, node.capabilities()),
+            )
+        ]
+    return found

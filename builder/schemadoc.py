@@ -4,10 +4,10 @@ a shipped one is read back.
 Each schema is generated from the pydantic models that write and read the document it
 describes (the lock, a command's `--json` report), draft 2020-12; a model that always writes
 every field says so (`json_schema_serialization_defaults_required`) and its schema requires each,
-a field with a default too. Every field is described by the docstring that follows its
-annotation (an attribute docstring, read from the model's source here rather than at import:
-building the models stays as fast as it is). The tests hold every shipped file equal to what
-its models produce.
+a field with a default too, but not those it omits when empty (`OMITTED_WHEN_EMPTY`). Every
+field is described by the docstring that follows its annotation (an attribute docstring, read
+from the model's source here rather than at import: building the models stays as fast as it is).
+The tests hold every shipped file equal to what its models produce.
 """
 
 from __future__ import annotations
@@ -42,7 +42,8 @@ def schema_document(shape: Any, *, title: str) -> str:
         if model is None:
             continue  # an enum's or an alias's definition has no fields
         if model.model_config.get("json_schema_serialization_defaults_required"):
-            definition["required"] = list(definition["properties"])
+            optional = getattr(model, "OMITTED_WHEN_EMPTY", ())
+            definition["required"] = [k for k in definition["properties"] if k not in optional]
         for owner in model.__mro__:  # the nearest docstring of a field wins, as in pydantic
             if not (isinstance(owner, type) and issubclass(owner, BaseModel)):
                 continue

@@ -11,6 +11,7 @@ the manifest and the lock, starting nothing.
 
 from __future__ import annotations
 
+import itertools
 from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
@@ -22,6 +23,7 @@ from repro_serving.builder.claims import (
     dispatch_claims,
     environments_claim,
     modules_claim,
+    node_claims,
     oracle_claim,
     roles_claim,
 )
@@ -52,6 +54,7 @@ from repro_serving.builder.sealing.statement import (
     resolved_dependencies,
 )
 from repro_serving.launch import metrics, quality
+from repro_serving.launch.cluster import NodesDocument
 from repro_serving.launch.evidence import (
     OracleRow,
     Rows,
@@ -69,11 +72,13 @@ from repro_serving.launch.rundir import (
     LOG_FILE,
     METRICS_AFTER,
     METRICS_BEFORE,
+    NODES_FILE,
     QUALITY_FILE,
     ROWS_FILE,
     RUN_FILE,
     VERDICTS_FILE,
     evidence_names,
+    rank_dir,
 )
 from repro_serving.launch.spec import RUN_PRIVATE_ENV
 
@@ -192,10 +197,11 @@ class OpenedBundle:
         path = self.evidence(RUN_FILE)
         return read_document(RunDocument, path, what="the run record")
 
-    def audit(self, start: int) -> SealedAudit:
-        """The sealed live audit of `start`: one document per role, which must agree on the
-        tree (its root, its distinct ELF files, its drifts) and with `drifts.json`."""
-        directory = self.evidence(f"start-{start}/{AUDIT_DIR}")
+    def audit(self, start: int, rank: int = 0) -> SealedAudit:
+        """The sealed live audit of `start` (on rank `rank`'s node, for a stack served across
+        nodes): one document per role, which must agree on the tree (its root, its distinct ELF
+        files, its drifts) and with `drifts.json`."""
+        directory = rank_dir(self.evidence(f"start-{start}"), rank) / AUDIT_DIR
         path = directory / DRIFTS_FILE
         drifts = read_document(AuditDrifts, path, what="the audit's drifts").root
         documents = [
@@ -250,6 +256,8 @@ def recompute(
         checks.extend(_fresh_start_checks(sealed, rows))
         checks.append(_native_check(sealed))
         checks.append(_dispatch_check(sealed))
+        if sealed.manifest.clustered or sealed.lock.nodes:
+            checks.append(_nodes_check(sealed))
         checks.append(_gates_check(sealed))
         checks.append(_quality_check(sealed, rows))
         checks.extend(_observed_checks(sealed))
@@ -277,7 +285,8 @@ def _content_check(sealed: OpenedBundle, handoff: bool) -> ClaimCheck:
     expected = bundle.fixed_content(manifest.native.kernel_sets)
     if handoff:
         expected |= bundle.handoff_content(sealed.lock.bundle.repro_version)
-    evidence = evidence_names(manifest.oracle.gates.fresh_starts, roles)
+    ranks = {n.rank: manifest.node_processes(n.rank) for n in manifest.declared_nodes if n.rank}
+    evidence = evidence_names(manifest.oracle.gates.fresh_starts, roles, ranks)
     evidence |= {OBSERVATIONS_FILE, DISPATCH_FILE}
     expected |= {f"{bundle.EVIDENCE_DIR}/{name}" for name in evidence}
     return content_check(
@@ -456,6 +465,46 @@ def _dispatch_check(sealed: OpenedBundle) -> ClaimCheck:
     )
 
 
+def _nodes_check(sealed: OpenedBundle) -> ClaimCheck:
+    """Each node's claim recomputed from what its actor said (`nodes.json`) and its rank's
+    sealed audit of start 1: every declared node answered, from its declared address, and no
+    other; its host facts, mappings, loader environments and choices of code are the lock's."""
+    lock = sealed.lock
+    shown = ", ".join(f"rank {n.rank} {n.address} ({n.hostname})" for n in lock.nodes) or "none"
+    if not sealed.manifest.clustered:
+        detail = "the lock claims nodes, the manifest declares none"
+        return ClaimCheck("nodes (every node answered)", EvidenceClass.SEALED, shown, False, detail)
+    path = sealed.evidence(NODES_FILE)
+    facts = NodesDocument.from_bytes(path.read_bytes(), where=str(path))
+    audits = {n.rank: sealed.audit(1, n.rank).processes for n in sealed.manifest.declared_nodes}
+    claims, problems = node_claims(
+        sealed.manifest,
+        lock.launch.profile,
+        facts,
+        audits=audits,
+        values=sealed.observations.values,
+        kernel_sets=sealed.kernel_sets(),
+    )
+    found = list(problems)
+    if claims != lock.nodes:
+        differing = [
+            f"rank {mine.rank}"
+            for mine, theirs in itertools.zip_longest(claims, lock.nodes)
+            if mine != theirs and mine is not None
+        ]
+        found.append(
+            f"the lock's nodes are not those recomputed from {NODES_FILE} and the audits "
+            f"({', '.join(differing) or f'{len(lock.nodes)} claimed, {len(claims)} recomputed'})"
+        )
+    return ClaimCheck(
+        "nodes (every node answered, each audited)",
+        EvidenceClass.SEALED,
+        shown,
+        not found,
+        "; ".join(found),
+    )
+
+
 def _gates_check(sealed: OpenedBundle) -> ClaimCheck:
     """Every gate verdict recomputed from the sealed evidence by the function the run judged
     with, and equal to the sealed verdicts: the same gates, in order, with the same outcome and
@@ -533,10 +582,12 @@ def recompute_verdicts(sealed: OpenedBundle) -> tuple[Verdict, ...]:
     markers = tuple(marker for kernel_set in sealed.kernel_sets() for marker in kernel_set.markers)
     verdicts = judge_run(manifest.oracle.gates, evidence, kernel_markers=markers)
     audits = []
+    ranks = [n.rank for n in manifest.declared_nodes] or [0]
     for start in range(1, starts + 1):
-        audit = sealed.audit(start)
-        roles = [process.role for process in audit.processes]
-        audits.append(audit_verdict(start, roles, audit.files, audit.drifts))
+        for rank in ranks:
+            audit = sealed.audit(start, rank)
+            roles = [process.role for process in audit.processes]
+            audits.append(audit_verdict(start, roles, audit.files, audit.drifts, rank=rank))
     return (*verdicts, *audits)
 
 

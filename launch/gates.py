@@ -662,10 +662,18 @@ def judge_run(
     return verdicts
 
 
-def audit_verdict(start: int, roles: Sequence[str], files: int, drifts: Sequence[Drift]) -> Verdict:
-    """The verdict of one start's live audit: its processes by role, the distinct ELF files
-    they map, and every drift it found (a run and `repro verify` alike)."""
-    gate = f"{LIVE_AUDIT_GATE}:start-{start}"
+def audit_gate(start: int, rank: int = 0) -> str:
+    """The live audit's gate of a start, on rank `rank`'s node when a stack spans nodes."""
+    return f"{LIVE_AUDIT_GATE}:start-{start}" + (f":rank-{rank}" if rank else "")
+
+
+def audit_verdict(
+    start: int, roles: Sequence[str], files: int, drifts: Sequence[Drift], *, rank: int = 0
+) -> Verdict:
+    """The verdict of one start's live audit (of one node's tree, for a stack across nodes):
+    its processes by role, the distinct ELF files they map, and every drift it found (a run and
+    `repro verify` alike)."""
+    gate = audit_gate(start, rank)
     details: dict[str, object] = {"drifts": [d.model_dump(mode="json") for d in drifts]}
     if not drifts:
         shown = sorted(roles)

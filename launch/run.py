@@ -26,21 +26,23 @@ import os
 import signal
 import threading
 import time
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import FrameType
 from typing import Any, Final, cast
 
 from repro_serving.builder.errors import BadInput, ExitCode, ReproError
-from repro_serving.builder.manifest import Manifest, Suite
+from repro_serving.builder.manifest import Manifest, Suite, expand
 from repro_serving.builder.native.audit import AuditReport
 from repro_serving.builder.native.auditreport import report_document
 from repro_serving.builder.native.dispatch import HostCapabilities
-from repro_serving.builder.native.kernels import KERNELS_DIR, runtime_markers
+from repro_serving.builder.native.kernels import KERNELS_DIR, KernelSet, runtime_markers
 from repro_serving.builder.native.policy import judge_tree, observe_tree, policy_from_manifest
 from repro_serving.builder.native.processes import HashMemo
 from repro_serving.builder.observe.host import observe_host
+from repro_serving.builder.observe.python import path_values
+from repro_serving.launch import cluster as nodes
 from repro_serving.launch import gates, metrics, oracle, quality, registry
 from repro_serving.launch import server as lifecycle
 from repro_serving.launch.evidence import (
@@ -59,6 +61,7 @@ from repro_serving.launch.rundir import (
     LOG_FILE,
     METRICS_AFTER,
     METRICS_BEFORE,
+    NODES_FILE,
     QUALITY_FILE,
     RUN_FILE,
     SERVER_FILE,
@@ -67,12 +70,15 @@ from repro_serving.launch.rundir import (
     VERDICTS_FILE,
     RunDirectory,
     RunStatus,
+    rank_dir,
 )
 from repro_serving.launch.spec import server_spec
 from repro_serving.launch.throughput import RowRate, UnmeasurableRow, measure, row_rate
 
 """Gates that compare a run with a teacher; without one the run captures the teacher."""
 INTERRUPT_SIGNALS: Final = (signal.SIGINT, signal.SIGTERM)
+AUDIT_TIMEOUT_S: Final = 600.0
+"""How long a node may take to snapshot and judge its tree (every mapped file hashed)."""
 
 
 class ForbiddenEnvironment(ReproError):
@@ -133,6 +139,22 @@ class _Run:
     notify: Observer
     memo: HashMemo = field(default_factory=HashMemo)
     """Digests of mapped files, shared by the audits of the run's fresh starts."""
+    cluster: nodes.Cluster | None = None
+    """The nodes of a manifest served across hosts; None: this host alone."""
+    facts: nodes.NodesDocument | None = None
+    """What each node said of itself before the first start."""
+
+
+@dataclass
+class RankRecord:
+    """What one rank other than 0 of a stack served across nodes produced in one start (rank
+    0's is its start's own: the server the suite is asked of)."""
+
+    rank: int
+    directory: Path
+    pid: int | None = None
+    audit: AuditReport | None = None
+    teardown: lifecycle.Teardown | None = None
 
 
 @dataclass
@@ -150,6 +172,8 @@ class StartRecord:
     teardown: lifecycle.Teardown | None = None
     phases_s: dict[str, float] = field(default_factory=dict)
     error: ReproError | None = None
+    ranks: dict[int, RankRecord] = field(default_factory=dict)
+    """Ranks 1.. of a stack served across nodes; empty on one host."""
 
 
 @dataclass(frozen=True)
@@ -201,21 +225,70 @@ def run_profile(plan: RunPlan, observe: Observer | None = None) -> RunRecord:
             hint="supply the suite's prompt texts; an imported record can only be verified",
         )
     refuse_forbidden_environment(manifest, plan.caller_environment, "the caller's environment")
-    directory = RunDirectory.create(plan.run_dir)
-    notify = observe or (lambda event: None)
+    with contextlib.ExitStack() as stack:
+        cluster, facts = _nodes(plan, stack)
+        directory = RunDirectory.create(plan.run_dir)
+        if facts is not None:
+            directory.write_bytes(NODES_FILE, facts.to_bytes())
+        run = _Run(
+            plan, suite, directory, observe or (lambda event: None), cluster=cluster, facts=facts
+        )
+        return _starts(run, began)
+
+
+def _nodes(
+    plan: RunPlan, stack: contextlib.ExitStack
+) -> tuple[nodes.Cluster | None, nodes.NodesDocument | None]:
+    """For a manifest served across nodes: the cluster, connected for the run, and what each
+    node said of itself; refused before anything starts when a node does not hold."""
+    manifest = plan.manifest
+    if not manifest.clustered:
+        return None, None
+    cluster = stack.enter_context(nodes.connect(manifest, plan.caller_environment))
+    values = path_values(manifest)
+    kernel_sets = tuple(KernelSet.load(name, plan.kernels) for name in manifest.native.kernel_sets)
+    facts = observe_cluster(cluster, plan.profile, kernel_sets, values)
+    refused = nodes.node_drifts(facts)
+    if refused:
+        raise nodes.refusal(refused)
+    return cluster, facts
+
+
+def observe_cluster(
+    cluster: nodes.Cluster,
+    profile: str,
+    kernel_sets: Sequence[KernelSet],
+    values: Mapping[str, str],
+) -> nodes.NodesDocument:
+    """Every node's facts, its probes run in the environment its rank of `profile` starts
+    with (the manifest's variables, placeholders expanded as for a start)."""
+    manifest = cluster.manifest
+    values = {**values, "port": str(manifest.launch.port)}
+
+    def env_of(rank: int) -> dict[str, str]:
+        return {k: expand(v, values) for k, v in manifest.node_env(rank, profile).items()}
+
+    return nodes.observe_nodes(cluster, kernel_sets, values["python"], env_of)
+
+
+def _starts(run: _Run, began: float) -> RunRecord:
+    plan, suite, directory = run.plan, run.suite, run.directory
+    manifest = plan.manifest
     starts: list[StartRecord] = []
     first = server_spec(
         manifest, plan.profile, directory.start_dir(1), port=plan.port, models=plan.models
     )
     argv = first.argv
     directory.write_json(RUN_FILE, _run_document(plan, suite, first))
-    run = _Run(plan, suite, directory, notify)
     try:
         with _signals_interrupt():
             for number in range(1, manifest.oracle.gates.fresh_starts + 1):
                 record = StartRecord(number, directory.start_dir(number))
                 starts.append(record)
-                _one_start(run, record)
+                if run.cluster is None:
+                    _one_start(run, record)
+                else:
+                    _one_cluster_start(run, record, run.cluster)
                 if record.error is not None:
                     break
     except BaseException as error:
@@ -312,11 +385,16 @@ def _ready(run: _Run, record: StartRecord, server: lifecycle.RunningServer) -> N
 
 
 def _serve(run: _Run, record: StartRecord, server: lifecycle.RunningServer) -> None:
-    plan, directory, notify = run.plan, run.directory, run.notify
     with _timed(record, "audit"):
         record.audit = _audit(run, record, server.pid)
-    notify(Event("audited", record.start, _audit_line(record.audit), pid=server.pid))
-    with oracle.client_for(server.base_url) as client:
+    run.notify(Event("audited", record.start, _audit_line(record.audit), pid=server.pid))
+    _ask(run, record, server.base_url, server.pid)
+
+
+def _ask(run: _Run, record: StartRecord, base_url: str, pid: int) -> None:
+    """/metrics, the suite once, /metrics again, each piece written as soon as it exists."""
+    plan, directory, notify = run.plan, run.directory, run.notify
+    with oracle.client_for(base_url) as client:
         with _timed(record, "metrics"):
             before = oracle.read_metrics(client)
             directory.write_text(record.directory / METRICS_BEFORE, before)
@@ -327,7 +405,7 @@ def _serve(run: _Run, record: StartRecord, server: lifecycle.RunningServer) -> N
             for row in oracle.answer_suite(client, request):
                 record.rows.append(row)
                 directory.write_rows(record.start, record.rows)
-                notify(Event("row", record.start, _row_line(row), pid=server.pid, row=row))
+                notify(Event("row", record.start, _row_line(row), pid=pid, row=row))
         with _timed(record, "metrics"):
             after = oracle.read_metrics(client)
             directory.write_text(record.directory / METRICS_AFTER, after)
@@ -336,20 +414,165 @@ def _serve(run: _Run, record: StartRecord, server: lifecycle.RunningServer) -> N
 
 def _audit(run: _Run, record: StartRecord, pid: int) -> AuditReport:
     """The live audit of every process of the tree, one evidence file per role."""
-    manifest, directory = run.plan.manifest, run.directory
+    manifest = run.plan.manifest
     tree = observe_tree(pid, show_progress=False, memo=run.memo)
     host = run.plan.host or observe_host().capabilities()
     report = judge_tree(tree, policy_from_manifest(manifest, host, kernels=run.plan.kernels))
+    _write_audit(run.directory, record.directory / AUDIT_DIR, report)
+    return report
+
+
+def _write_audit(directory: RunDirectory, audit_dir: Path, report: AuditReport) -> None:
     document = report_document(report)
     processes = cast(list[dict[str, Any]], document.pop("processes"))
     by_role: dict[str, list[dict[str, Any]]] = {}
     for process in processes:
         by_role.setdefault(str(process["role"]), []).append(process)
-    audit_dir = record.directory / AUDIT_DIR
     for role, members in by_role.items():
         directory.write_json(audit_dir / f"{role}.json", {**document, "processes": members})
     directory.write_json(audit_dir / DRIFTS_FILE, document["drifts"])
-    return report
+
+
+# --- one fresh start across nodes ---------------------------------------------------------------
+
+
+def _one_cluster_start(run: _Run, record: StartRecord, cluster: nodes.Cluster) -> None:
+    """Every rank started on its node, the stack ready when rank 0 answers; every node
+    audited; the suite asked of rank 0 while every audited process on every node is watched;
+    every node torn down with proof. A `ReproError` on the way is recorded, not raised."""
+    plan, notify, number = run.plan, run.notify, record.start
+    specs = {
+        rank: server_spec(
+            plan.manifest,
+            plan.profile,
+            rank_dir(record.directory, rank),
+            port=plan.port,
+            models=plan.models,
+            rank=rank,
+        )
+        for rank in cluster.ranks()
+    }
+    record.ranks = {r: RankRecord(r, rank_dir(record.directory, r)) for r in specs if r}
+    started: list[int] = []
+    try:
+        _start_ranks(run, record, cluster, specs, started)
+        notify(Event("ready", number, f"ready after {record.ready_after_s:.1f} s", pid=record.pid))
+        with _timed(record, "audit"):
+            _audit_nodes(run, record, cluster)
+        notify(Event("audited", number, _nodes_audit_line(record), pid=record.pid))
+        assert record.pid is not None
+        with nodes.LossWatch(cluster) as watch:
+            try:
+                _ask(run, record, specs[0].base_url, record.pid)
+            except ReproError as error:
+                # A stack that failed mid-suite: the process that died, on whichever node, is
+                # the cause to name; what the suite met is kept as a note.
+                try:
+                    watch.refuse(settle_s=nodes.SETTLE_S)
+                except nodes.NodeDrift as lost:
+                    lost.add_note(f"what the suite met: {error.diagnostics()}")
+                    raise lost from error
+                raise
+        watch.refuse()
+    except ReproError as error:
+        record.error = error
+    finally:
+        _cluster_teardown(run, record, cluster, started)
+    if record.teardown is not None and all(r.teardown for r in record.ranks.values()):
+        notify(Event("torn-down", number, "torn down on every node: no process left, port free"))
+
+
+def _start_ranks(
+    run: _Run,
+    record: StartRecord,
+    cluster: nodes.Cluster,
+    specs: Mapping[int, lifecycle.ServerSpec],
+    started: list[int],
+) -> None:
+    """Preflight, then every rank spawned on its node, the highest first (rank 0 waits for the
+    others to join), each appended to `started` once it runs; ready when rank 0 answers its
+    probe, refused as soon as any rank has exited."""
+    plan = run.plan
+    registry.refuse_stale(plan.registry)
+    for rank, spec in specs.items():
+        node = nodes.node_name(rank, plan.manifest.declared_nodes[rank].address)
+        refuse_forbidden_environment(
+            plan.manifest, spec.env, f"the environment of {spec.argv[0]} on {node}"
+        )
+    number = record.start
+    run.notify(Event("starting", number, f"start {number}: starting {len(specs)} ranks ..."))
+    with _timed(record, "start"):
+        began = time.monotonic()
+        for rank in sorted(specs, reverse=True):
+            pid = cluster.call(rank, "spawn", specs[rank])
+            started.append(rank)
+            if rank:
+                record.ranks[rank].pid = pid
+            else:
+                record.pid = pid
+        ready_after = lifecycle.await_ready(
+            specs[0], began, lambda: nodes.exited(cluster, tuple(specs))
+        )
+    record.ready_after_s = ready_after
+    record.ready_at_monotonic = began + ready_after
+    run.directory.write_json(
+        record.directory / SERVER_FILE,
+        {"pid": record.pid, "port": specs[0].port, "ready_after_s": ready_after},
+    )
+
+
+def _audit_nodes(run: _Run, record: StartRecord, cluster: nodes.Cluster) -> None:
+    """Each rank's tree audited on its node, against the policy of that node's host."""
+    plan, facts = run.plan, run.facts
+    assert facts is not None
+    for rank in cluster.ranks():
+        host = facts.node(rank).host.capabilities()
+        policy = policy_from_manifest(plan.manifest, host, kernels=plan.kernels)
+        policy = dataclasses.replace(policy, roles=plan.manifest.node_processes(rank))
+        report: AuditReport = cluster.call(rank, "audit", policy, timeout_s=AUDIT_TIMEOUT_S)
+        _write_audit(run.directory, rank_dir(record.directory, rank) / AUDIT_DIR, report)
+        if rank:
+            record.ranks[rank].audit = report
+        else:
+            record.audit = report
+
+
+def _cluster_teardown(
+    run: _Run, record: StartRecord, cluster: nodes.Cluster, started: list[int]
+) -> None:
+    """Every started rank torn down with proof on its node (rank 0 first), its log fetched;
+    the first failure is the start's error, the others are still attempted."""
+    directory = run.directory
+    with _signals_deferred(), _timed(record, "teardown"):
+        for rank in sorted(started):
+            at = rank_dir(record.directory, rank)
+            try:
+                teardown: lifecycle.Teardown = cluster.call(
+                    rank, "stop", timeout_s=run.plan.manifest.launch.stop_timeout_s * 2 + 30
+                )
+            except ReproError as error:
+                record.error = record.error or error
+                directory.write_json(
+                    at / TEARDOWN_FILE, {"proven": False, "error": error.diagnostics()}
+                )
+            else:
+                if rank:
+                    record.ranks[rank].teardown = teardown
+                else:
+                    record.teardown = teardown
+                directory.write_json(
+                    at / TEARDOWN_FILE, {"proven": True, **dataclasses.asdict(teardown)}
+                )
+            with contextlib.suppress(ReproError):
+                directory.write_bytes(at / LOG_FILE, cluster.call(rank, "log"))
+
+
+def _nodes_audit_line(record: StartRecord) -> str:
+    reports = [record.audit, *(r.audit for r in record.ranks.values())]
+    processes = sum(len(r.processes) for r in reports if r is not None)
+    drifts = sum(len(r.drifts) for r in reports if r is not None)
+    verdict = "no drift" if not drifts else f"{drifts} drift(s)"
+    return f"live audit of {processes} processes on {len(reports)} nodes: {verdict}"
 
 
 def _teardown(run: _Run, record: StartRecord, server: lifecycle.RunningServer) -> None:
@@ -387,17 +610,22 @@ def judge(plan: RunPlan, starts: tuple[StartRecord, ...]) -> tuple[Verdict, ...]
     )
     markers = runtime_markers(plan.manifest.native.kernel_sets, plan.kernels)
     verdicts = gates.judge_run(plan.manifest.oracle.gates, evidence, kernel_markers=markers)
-    return (*verdicts, *(_audit_verdict(start) for start in starts))
+    return (*verdicts, *(v for start in starts for v in _audit_verdicts(start)))
 
 
-def _audit_verdict(start: StartRecord) -> Verdict:
-    report = start.audit
+def _audit_verdicts(start: StartRecord) -> tuple[Verdict, ...]:
+    """The live audit's verdict of each node of `start` (of its one server on one host)."""
+    reports = {0: start.audit, **{rank: r.audit for rank, r in sorted(start.ranks.items())}}
+    return tuple(_audit_verdict(start.start, rank, report) for rank, report in reports.items())
+
+
+def _audit_verdict(start: int, rank: int, report: AuditReport | None) -> Verdict:
     if report is None:
-        gate = f"{gates.LIVE_AUDIT_GATE}:start-{start.start}"
+        gate = gates.audit_gate(start, rank)
         return Verdict(gate=gate, status=VerdictStatus.FAIL, summary="no live audit")
     files = len([f for f in report.files if f.is_elf])
     roles = [process.role for process in report.processes]
-    return gates.audit_verdict(start.start, roles, files, report.drifts)
+    return gates.audit_verdict(start, roles, files, report.drifts, rank=rank)
 
 
 def _finish(

@@ -20,6 +20,8 @@ RUN_DIR/
   verdicts.json          every gate's Verdict
   quality.json           the quality checks' verdicts, reported apart from the gates
   teacher.json           the captured Teacher, when the run captures one
+  nodes.json             each node's facts, for a stack served across nodes
+  start-N/rank-R/        rank R (1..) of such a stack: its server.log, audit/, teardown.json
   summary.json           the run's report, as `repro run --json` prints it
 ```
 
@@ -55,6 +57,7 @@ METRICS_BEFORE: Final = "metrics-before.prom"
 METRICS_AFTER: Final = "metrics-after.prom"
 ROWS_FILE: Final = "rows.json"
 TEARDOWN_FILE: Final = "teardown.json"
+NODES_FILE: Final = "nodes.json"
 
 RUN_EVIDENCE: Final = (RUN_FILE, VERDICTS_FILE, QUALITY_FILE, SUMMARY_FILE)
 """What of a run directory's top level is evidence."""
@@ -65,16 +68,37 @@ START_EVIDENCE: Final = (
 HOME and TMPDIR."""
 
 
-def evidence_names(starts: int, roles: Iterable[str]) -> set[str]:
+RANK_EVIDENCE: Final = (LOG_FILE, TEARDOWN_FILE)
+"""What of a rank's directory (rank 1.. of a stack served across nodes) is evidence, beside
+its audit/."""
+
+
+def rank_dir(start_dir: Path, rank: int) -> Path:
+    """Where rank `rank`'s evidence of a start lies: rank 0's is the start's own."""
+    return start_dir if rank == 0 else start_dir / f"rank-{rank}"
+
+
+def evidence_names(
+    starts: int, roles: Iterable[str], ranks: Mapping[int, Iterable[str]] | None = None
+) -> set[str]:
     """Every evidence file of a complete run of `starts` fresh starts whose trees held
-    `roles`, by its path in the run directory (a bundle seals them under evidence/)."""
+    `roles` (and, served across nodes, whose rank R held `ranks[R]`, nodes.json beside), by
+    its path in the run directory (a bundle seals them under evidence/)."""
     names = set(RUN_EVIDENCE)
+    if ranks:
+        names.add(NODES_FILE)
     for number in range(1, starts + 1):
         start = f"start-{number}"
         names |= {f"{start}/{name}" for name in START_EVIDENCE}
-        names |= {f"{start}/{AUDIT_DIR}/{role}.json" for role in roles}
-        names.add(f"{start}/{AUDIT_DIR}/{DRIFTS_FILE}")
+        names |= _audit_names(start, roles)
+        for rank, rank_roles in (ranks or {}).items():
+            at = f"{start}/rank-{rank}"
+            names |= {f"{at}/{name}" for name in RANK_EVIDENCE} | _audit_names(at, rank_roles)
     return names
+
+
+def _audit_names(at: str, roles: Iterable[str]) -> set[str]:
+    return {f"{at}/{AUDIT_DIR}/{role}.json" for role in roles} | {f"{at}/{AUDIT_DIR}/{DRIFTS_FILE}"}
 
 
 class RunStatus(StrEnum):
@@ -134,8 +158,11 @@ class RunDirectory:
         return path
 
     def write_text(self, relative: str | Path, text: str) -> Path:
+        return self.write_bytes(relative, text.encode())
+
+    def write_bytes(self, relative: str | Path, data: bytes) -> Path:
         path = self.root / relative
-        atomic_write(path, text.encode())
+        atomic_write(path, data)
         return path
 
     def write_rows(self, start: int, rows: Sequence[OracleRow]) -> Path:

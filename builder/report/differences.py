@@ -20,6 +20,7 @@ from repro_serving.builder.report.model import SectionCount
 
 SECTIONS: Final = (
     "bundle", "host", "python", "models", "sources", "native", "launch", "oracle", "gates",
+    "nodes",
 )  # fmt: skip
 """Every section, in the order a summary lists them."""
 
@@ -35,6 +36,7 @@ _SECTION_OF_FIELD: Final = {
     "oracle": "oracle",
     "record": "oracle",
     "gates": "gates",
+    "nodes": "nodes",
 }
 """A lock's top-level field (and `gates`, the verdicts a report adds) → its section."""
 _GATES_OF_RECORD: Final = ("record.verdicts.", "record.markers.")
