@@ -52,6 +52,10 @@ class ReproError(Exception):
         ):
             if value is not None:
                 lines.append(f"  {label + ':':<9} {value}")
+        # What else was found on the way (`add_note`): another node's drift, the error a
+        # refusal's cause produced downstream.
+        notes = getattr(self, "__notes__", ())
+        lines += [f"  {'also:':<9} " + str(note).replace("\n", "\n" + " " * 12) for note in notes]
         return "\n".join(lines)
 
 

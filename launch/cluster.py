@@ -176,12 +176,10 @@ class NodeAgent:
         stopped rank 0 early, when a process of another rank died mid-suite)."""
         if self._server is None and self._teardown is not None:
             return self._teardown
-        server = self._require()
-        try:
-            self._teardown = lifecycle.stop(server)
-            return self._teardown
-        finally:
-            self._server = None
+        # A teardown that failed leaves the server here: asked again, it is tried again.
+        self._teardown = lifecycle.stop(self._require())
+        self._server = None
+        return self._teardown
 
     def log(self) -> bytes:
         """The log of the rank's last start on this node (empty before any)."""
@@ -242,7 +240,8 @@ class Cluster:
         except RayTaskError as error:
             cause = getattr(error, "cause", None)
             if isinstance(cause, ReproError):
-                cause.where = f"{node_name(rank, node.address)}: {cause.where}"
+                name = node_name(rank, node.address)
+                cause.where = name if cause.where is None else f"{name}: {cause.where}"
                 raise cause from None
             raise
         except (RayActorError, GetTimeoutError) as error:

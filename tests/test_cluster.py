@@ -10,8 +10,11 @@ servers on the cluster (a few minutes in all on two cores).
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import json
 import signal
+import sys
+import time
 from collections.abc import Iterator
 from dataclasses import replace
 from pathlib import Path
@@ -26,6 +29,7 @@ from repro_serving.builder import hostcheck, replay
 from repro_serving.builder.drift import DriftKind
 from repro_serving.builder.manifest import InvalidDocument, Manifest
 from repro_serving.builder.native.dispatch import HostCapabilities
+from repro_serving.builder.native.policy import policy_from_manifest
 from repro_serving.builder.observe.host import observe_host
 from repro_serving.builder.replay import PreflightRefused, launch
 from repro_serving.builder.sealing.keys import SigningKey, TrustedKeys
@@ -34,6 +38,7 @@ from repro_serving.launch import cluster as nodes
 from repro_serving.launch.evidence import Teacher
 from repro_serving.launch.run import Event, RunPlan, run_profile
 from repro_serving.launch.rundir import NODES_FILE, read_rows
+from repro_serving.launch.server import ServerSpec
 
 BUNDLE = REPO_ROOT / "repro" / "tiny-cpu-2node"
 MANIFEST = REPO_ROOT / "manifests" / "tiny-cpu-2node.toml"
@@ -313,6 +318,7 @@ def test_a_worker_killed_on_rank_1_mid_suite_fails_the_run_naming_the_node(
     assert record.error is not None
     assert record.error.where == RANK_1, record.error.diagnostics()
     assert f"pid {killed[0]} (worker)" in (record.error.found or "")
+    assert "also:     what the suite met: error:" in record.error.diagnostics()
     start = run_dir / "start-1"
     assert len(read_rows(start / "rows.json")) >= 1, "the rows answered before are kept"
     for at in (start, start / "rank-1"):
@@ -374,3 +380,43 @@ def test_a_declared_node_missing_or_an_undeclared_one_present_is_refused_naming_
     assert undeclared.value.where == f"node {ADDRESSES[1]}"
     assert not (tmp_path / "missing").exists() and not (tmp_path / "alone").exists()
     assert stack_processes() == []
+
+
+def test_a_node_agent_spawns_audits_watches_and_tears_down_a_tree_on_its_own_host(
+    tmp_path: Path,
+) -> None:
+    """The actor's methods, called here as Ray calls them on a node: a real tree (a parent and
+    its child), a child killed, the loss named, teardown proven and answered again."""
+    child = "import time; time.sleep(120)"
+    parent = (
+        f"import subprocess, sys, time; subprocess.Popen([sys.executable, '-c', {child!r}]); "
+        "print('up', flush=True); time.sleep(120)"
+    )
+    spec = ServerSpec(
+        argv=(sys.executable, "-c", parent),
+        env={"PATH": "/usr/bin:/bin"},
+        port=1,
+        log_path=tmp_path / "server.log",
+        readiness_path=None,
+        stop_timeout_s=5,
+    )
+    agent = nodes.NodeAgent(1, ADDRESSES[1])
+    pid = agent.spawn(spec)
+    deadline = time.monotonic() + 30
+    while len(psutil.Process(pid).children()) < 1 and time.monotonic() < deadline:
+        time.sleep(0.1)
+    manifest = Manifest.from_path(MANIFEST)
+    policy = policy_from_manifest(manifest, observe_host().capabilities())
+    report = agent.audit(dataclasses.replace(policy, roles={"other": 2}))
+    assert sorted(p.pid for p in report.processes)[0] == pid
+    assert agent.exited() is None and agent.lost() == ()
+    (worker,) = psutil.Process(pid).children()
+    worker.kill()  # a zombie its parent never reaps: ended all the same
+    deadline = time.monotonic() + 10
+    while not agent.lost() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert agent.lost() == (f"pid {worker.pid} (other)",)
+    teardown = agent.stop()
+    assert pid in teardown.pids and not psutil.pid_exists(pid)
+    assert agent.stop() == teardown, "asked again, the same proven teardown"
+    assert agent.log().startswith(b"up")
