@@ -377,7 +377,7 @@ def exited(cluster: Cluster, ranks: Sequence[int]) -> str | None:
         status = cluster.call(rank, "exited")
         if status is not None:
             node = cluster.manifest.declared_nodes[rank]
-            tail = _tail(cluster.call(rank, "log"))
+            tail = lifecycle.tail(cluster.call(rank, "log"))
             return (
                 f"{node_name(rank, node.address)} exited with status {status} before the stack "
                 f"was ready; last lines of its log:\n{tail}\n(rank 0)"
@@ -408,27 +408,27 @@ class LossWatch:
         while not self._done.wait(POLL_S):
             # A watcher that fails only stops watching: `refuse` asks every node again.
             with contextlib.suppress(Exception):
-                for rank in self._cluster.ranks():
-                    gone = self._cluster.call(rank, "lost")
-                    if gone:
-                        self.found = (rank, gone)
-                        self._cluster.call(0, "stop")
-                        return
+                self.found = self._first_loss()
+                if self.found is not None:
+                    self._cluster.call(0, "stop")
+                    return
+
+    def _first_loss(self) -> tuple[int, tuple[str, ...]] | None:
+        for rank in self._cluster.ranks():
+            gone: tuple[str, ...] = self._cluster.call(rank, "lost")
+            if gone:
+                return rank, gone
+        return None
 
     def refuse(self, *, settle_s: float = 0.0) -> None:
         """Raise `NodeDrift` for the loss seen, else for any audited process ended by now;
         with `settle_s`, keep asking that long (the stack failed: a process that died may take
         a moment to be seen gone)."""
         deadline = time.monotonic() + settle_s
-        found = self.found
-        while found is None:
-            ranks = self._cluster.ranks()
-            lost = ((rank, self._cluster.call(rank, "lost")) for rank in ranks)
-            found = next(((rank, gone) for rank, gone in lost if gone), None)
-            if found is None and time.monotonic() >= deadline:
+        while (found := self.found or self._first_loss()) is None:
+            if time.monotonic() >= deadline:
                 return
-            if found is None:
-                time.sleep(POLL_S / 4)
+            time.sleep(POLL_S / 4)
         rank, gone = found
         node = self._cluster.manifest.declared_nodes[rank]
         raise NodeDrift(
@@ -437,7 +437,3 @@ class LossWatch:
             expected="every audited process alive until teardown",
             found="ended: " + ", ".join(gone),
         )
-
-
-def _tail(log: bytes, lines: int = lifecycle.LOG_TAIL_LINES) -> str:
-    return "\n".join(log.decode(errors="replace").splitlines()[-lines:])

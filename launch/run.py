@@ -151,7 +151,6 @@ class RankRecord:
     0's is its start's own: the server the suite is asked of)."""
 
     rank: int
-    directory: Path
     pid: int | None = None
     audit: AuditReport | None = None
     teardown: lifecycle.Teardown | None = None
@@ -452,7 +451,7 @@ def _one_cluster_start(run: _Run, record: StartRecord, cluster: nodes.Cluster) -
         )
         for rank in cluster.ranks()
     }
-    record.ranks = {r: RankRecord(r, rank_dir(record.directory, r)) for r in specs if r}
+    record.ranks = {r: RankRecord(r) for r in specs if r}
     started: list[int] = []
     try:
         _start_ranks(run, record, cluster, specs, started)

@@ -249,10 +249,14 @@ def free_port(host: str = "127.0.0.1") -> int:
 def log_tail(path: Path, lines: int = LOG_TAIL_LINES) -> str:
     """The last `lines` lines of a log, decoded leniently (a server may write any bytes)."""
     try:
-        text = path.read_bytes().decode(errors="replace")
+        return tail(path.read_bytes(), lines)
     except OSError as error:
         return f"(log unreadable: {error})"
-    return "\n".join(text.splitlines()[-lines:])
+
+
+def tail(log: bytes, lines: int = LOG_TAIL_LINES) -> str:
+    """The last `lines` lines of a log's bytes, decoded leniently."""
+    return "\n".join(log.decode(errors="replace").splitlines()[-lines:])
 
 
 def _await_ready(server: RunningServer) -> float:

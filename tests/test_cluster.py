@@ -26,6 +26,7 @@ from conftest import REPO_ROOT
 from raycluster import ADDRESSES, LocalCluster, two_nodes
 
 from repro_serving.builder import hostcheck, replay
+from repro_serving.builder.canonical import canonical_json
 from repro_serving.builder.drift import DriftKind
 from repro_serving.builder.manifest import InvalidDocument, Manifest
 from repro_serving.builder.native.dispatch import HostCapabilities
@@ -171,8 +172,6 @@ def test_a_resealed_lock_that_lies_about_a_node_is_refused(
         path = staging / "lock.json"
         document = json.loads(path.read_text())
         edit(document)  # type: ignore[operator]
-        from repro_serving.builder.canonical import canonical_json
-
         path.write_bytes(canonical_json(document))
 
     bundle = resealed(BUNDLE, tmp_path, lie, str(MANIFEST))
@@ -187,8 +186,6 @@ def test_nodes_facts_resealed_without_rank_1_are_refused(tmp_path: Path) -> None
         path = staging / "evidence" / NODES_FILE
         document = json.loads(path.read_text())
         document["nodes"] = document["nodes"][:1]
-        from repro_serving.builder.canonical import canonical_json
-
         path.write_bytes(canonical_json(document))
 
     report = verify(resealed(BUNDLE, tmp_path, drop, str(MANIFEST)), TRUSTED, anchor=ANCHOR)
