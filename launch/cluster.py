@@ -35,9 +35,10 @@ from repro_serving.builder.documents import parse_document
 from repro_serving.builder.drift import Drift, DriftKind
 from repro_serving.builder.errors import NotObservable, ReproError
 from repro_serving.builder.manifest import Manifest
-from repro_serving.builder.native.audit import AuditPolicy, AuditReport
+from repro_serving.builder.native.audit import AuditReport
 from repro_serving.builder.native.kernels import KernelSet
 from repro_serving.builder.native.policy import judge_tree, observe_tree
+from repro_serving.builder.native.rules import AuditPolicy
 from repro_serving.builder.observe.dispatch import probe_code_paths
 from repro_serving.builder.observe.host import HostFacts, observe_host
 from repro_serving.launch import server as lifecycle

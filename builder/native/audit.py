@@ -18,29 +18,13 @@ origin drift (the same bytes elsewhere) from another library.
 from __future__ import annotations
 
 import posixpath
-import re
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
 from repro_serving.builder.drift import Drift, DriftKind
 from repro_serving.builder.errors import NotObservable
 from repro_serving.builder.hashing import sha256_file
-from repro_serving.builder.native.dispatch import (
-    Dispatch,
-    DispatchKind,
-    HostCapabilities,
-    Prediction,
-    predict,
-)
 from repro_serving.builder.native.elf import ElfError, ElfInfo
-from repro_serving.builder.native.kernels import (
-    Category,
-    KernelSet,
-    Origin,
-    Platform,
-    classify,
-    origin_of,
-)
 from repro_serving.builder.native.ldcache import LdCache
 from repro_serving.builder.native.loader import (
     Closure,
@@ -52,50 +36,16 @@ from repro_serving.builder.native.loader import (
     dlopen_closure,
     executable_closure,
 )
-from repro_serving.builder.native.modules import is_module_file, module_file_description
 from repro_serving.builder.native.processes import MappedFile, ProcessSnapshot, TreeSnapshot
 from repro_serving.builder.native.procmaps import FileId
-
-DEFAULT_FORBIDDEN_ENV = ("LD_PRELOAD", "LD_AUDIT")
-
-# Extension-module file suffixes of this interpreter family (e.g. .cpython-311-x86_64-linux-gnu.so,
-# .abi3.so, .so): how a module name becomes a file name.
-
-
-@dataclass(frozen=True)
-class AuditPolicy:
-    """What must hold of the tree: allowed roots (real paths), declared modules and roles."""
-
-    allowed_roots: tuple[str, ...]
-    modules: tuple[str, ...] = ()
-    forbidden_env: tuple[str, ...] = DEFAULT_FORBIDDEN_ENV
-    roles: Mapping[str, int] = field(default_factory=dict)
-    preload: tuple[str, ...] = ()
-    """Real paths the stack itself may put in LD_PRELOAD; any other entry is drift."""
-    platforms: tuple[Platform, ...] = ()
-    """Platform sets (`kernels/`): a driver library from the driver's roots or a kernel
-    compiled at run time into a JIT directory may lie outside the allowed roots; its hash is
-    still recorded."""
-    kernel_sets: tuple[KernelSet, ...] = ()
-    """Kernel sets whose pinned modules and libraries every mapping is judged against."""
-    values: Mapping[str, str] = field(default_factory=dict)
-    """Placeholder values on this host (real paths), to expand the kernel sets' pins."""
-    dispatches: Mapping[str, Dispatch] = field(default_factory=dict)
-    """The kernel sets' run-time choices by the name they choose for (`builder.native.dispatch`): a
-    declared module with one is expected as the variant `host` selects, and no other."""
-    host: HostCapabilities | None = None
-    """The facts of the host the tree runs on, for `dispatches`."""
-
-    def predictions(self, env: Mapping[str, str]) -> dict[str, Prediction]:
-        """The variant of each declared module that has a module dispatch, on `host`, for a
-        stack started with `env`."""
-        if self.host is None:
-            return {}
-        return {
-            module: predict(self.dispatches[module], self.host, env)
-            for module in self.modules
-            if module in self.dispatches and self.dispatches[module].kind is DispatchKind.MODULE
-        }
+from repro_serving.builder.native.rules import (
+    AuditPolicy,
+    env_drifts,
+    module_drifts,
+    pin_drifts,
+    role_drifts,
+    root_drifts,
+)
 
 
 @dataclass(frozen=True)
@@ -130,6 +80,8 @@ class ProcessAudit:
     error: str | None
     environ: Mapping[str, str] = field(default_factory=dict)
     """The loader's variables the process started with (LD_LIBRARY_PATH, LD_PRELOAD, …)."""
+    started_at: float | None = None
+    """When the kernel started it (`ProcessSnapshot.started_at`)."""
 
 
 @dataclass(frozen=True)
@@ -154,14 +106,13 @@ def judge(tree: TreeSnapshot, policy: AuditPolicy, loader: LoaderInputs) -> Audi
         processes.append(audit)
         drifts.extend(found)
     drifts.extend(_file_drifts(tree))
-    drifts.extend(_pin_drifts(tree, policy))
-    drifts.extend(_module_drifts(tree, policy))
-    drifts.extend(_role_drifts(tree, policy.roles))
+    mapped = [f for f in tree.files.values() if f.is_elf]
+    drifts.extend(pin_drifts([(f.path, f.sha256) for f in mapped], policy))
+    root = next((p for p in tree.processes if p.pid == tree.root_pid), None)
+    root_environ = root.environ if root is not None else {}
+    drifts.extend(module_drifts([f.path for f in mapped], root_environ, policy))
+    drifts.extend(role_drifts([p.role for p in tree.processes], policy.roles))
     return AuditReport(tree.root_pid, tuple(processes), tuple(tree.files.values()), tuple(drifts))
-
-
-def under_roots(path: str, roots: Iterable[str]) -> bool:
-    return any(path == root or path.startswith(root.rstrip("/") + "/") for root in roots)
 
 
 # --- one process ---------------------------------------------------------------------------
@@ -277,7 +228,9 @@ def _audit_process(
             )
         )
         return _process_audit(process, explainer), explainer.drifts
-    explainer.drifts.extend(_env_drifts(process, policy, loader.fs))
+    explainer.drifts.extend(
+        env_drifts(process.pid, process.role, process.environ, policy, loader.fs.realpath)
+    )
     env_loader = replace(
         loader,
         config=replace(
@@ -291,8 +244,9 @@ def _audit_process(
     )
     _explain_startup(explainer, startup)
     _explain_runtime(explainer, startup, elves, env_loader)
-    explainer.drifts.extend(_root_drifts(explainer, policy))
-    return _process_audit(process, explainer), explainer.drifts
+    audit = _process_audit(process, explainer)
+    explainer.drifts.extend(root_drifts(process.pid, process.role, audit.objects, policy))
+    return audit, explainer.drifts
 
 
 def _loading_resolutions(resolutions: Sequence[Resolution]) -> dict[str, Resolution]:
@@ -410,75 +364,11 @@ def _process_audit(process: ProcessSnapshot, explainer: _Explainer) -> ProcessAu
         objects=tuple(objects),
         error=process.error,
         environ=process.environ,
+        started_at=process.started_at,
     )
 
 
-# --- drifts that need no emulation ----------------------------------------------------------
-
-
-def _env_drifts(process: ProcessSnapshot, policy: AuditPolicy, fs: FileSystem) -> list[Drift]:
-    drifts = []
-    for name in policy.forbidden_env:
-        value = process.environ.get(name)
-        if value is None:
-            continue
-        if name == "LD_PRELOAD" and _declared_preload(value, policy.preload, fs):
-            continue
-        expected = f"{name} unset"
-        if name == "LD_PRELOAD" and policy.preload:
-            expected += " or only " + ":".join(policy.preload)
-        drifts.append(
-            Drift(
-                kind=DriftKind.FORBIDDEN_ENV,
-                subject=f"pid {process.pid} ({process.role}): {name}",
-                expected=expected,
-                observed=f"{name}={value}",
-                why="this variable changes what the loader maps outside every pin",
-            )
-        )
-    return drifts
-
-
-def _declared_preload(value: str, declared: Sequence[str], fs: FileSystem) -> bool:
-    """Every entry of LD_PRELOAD (split as rtld.c does) is a declared preload library."""
-    entries = [entry for entry in re.split(r"[: \t]", value) if entry]
-    return all(fs.realpath(entry) in declared for entry in entries)
-
-
-def _root_drifts(explainer: _Explainer, policy: AuditPolicy) -> list[Drift]:
-    drifts = []
-    roots = policy.allowed_roots
-    for file_id, mapped in explainer.mapped.items():
-        verdict = explainer.verdicts.get(file_id)
-        rule = verdict.rule if verdict else "unexplained"
-        if rule == "preload" and mapped.path not in policy.preload:
-            drifts.append(
-                Drift(
-                    kind=DriftKind.UNEXPECTED_MAPPING,
-                    subject=explainer.subject(mapped.path),
-                    expected="no preloaded library",
-                    observed=f"{mapped.path} (sha256 {mapped.sha256})",
-                    why=f"loaded by {verdict.reason if verdict else 'LD_PRELOAD'}",
-                )
-            )
-        elif not under_roots(mapped.path, roots) and not _platform_allows(
-            mapped.path, rule, policy.platforms
-        ):
-            drifts.append(
-                Drift(
-                    kind=DriftKind.UNEXPECTED_MAPPING,
-                    subject=explainer.subject(mapped.path),
-                    expected="a library under " + ", ".join(roots),
-                    observed=f"{mapped.path} ({rule})",
-                    why="mapped from outside the allowed roots",
-                )
-            )
-    return drifts
-
-
-def _platform_allows(path: str, rule: str, platforms: Sequence[Platform]) -> bool:
-    allowed = (Category.DRIVER, Category.JIT)
-    return any(classify(path, rule, platform)[0] in allowed for platform in platforms)
+# --- drifts of the files themselves -------------------------------------------------------
 
 
 def _file_drifts(tree: TreeSnapshot) -> list[Drift]:
@@ -508,88 +398,3 @@ def _file_drifts(tree: TreeSnapshot) -> list[Drift]:
                 )
             )
     return drifts
-
-
-def _pin_drifts(tree: TreeSnapshot, policy: AuditPolicy) -> list[Drift]:
-    """Every mapped ELF against the kernel sets' pins: other bytes at a pinned path, pinned bytes
-    mapped from elsewhere (origin drift), an external module the set does not declare."""
-    drifts = []
-    for mapped in tree.files.values():
-        if not mapped.is_elf or mapped.sha256 is None:
-            continue
-        for kernel_set in policy.kernel_sets:
-            verdict = origin_of(mapped.path, mapped.sha256, kernel_set, policy.values)
-            if not verdict.drift:
-                continue
-            drifts.append(
-                Drift(
-                    kind=DriftKind.ORIGIN_DRIFT
-                    if verdict.origin is Origin.ORIGIN_DRIFT
-                    else DriftKind.UNEXPECTED_MAPPING,
-                    subject=mapped.path,
-                    expected=verdict.entry,
-                    observed=f"{verdict.origin.value} (sha256 {mapped.sha256})",
-                    why=f"kernel set {kernel_set.name} pins what this mapping must be",
-                )
-            )
-    return drifts
-
-
-def _module_drifts(tree: TreeSnapshot, policy: AuditPolicy) -> list[Drift]:
-    """A declared module no process maps did not run. A module the host dispatches is expected
-    as the variant the set predicts for this host; any other variant mapped ran other code."""
-    elf_paths = [f.path for f in tree.files.values() if f.is_elf]
-    root = next((p for p in tree.processes if p.pid == tree.root_pid), None)
-    predictions = policy.predictions(root.environ if root is not None else {})
-    drifts = []
-    for module in policy.modules:
-        prediction = predictions.get(module)
-        expected = (
-            module if prediction is None or prediction.variant is None else prediction.variant
-        )
-        if not _maps_module(elf_paths, expected):
-            drifts.append(
-                Drift(
-                    kind=DriftKind.NOT_MAPPED,
-                    subject=module,
-                    expected=f"{expected} mapped by a process of the tree"
-                    + (f" (selected here: {prediction.describe()})" if prediction else ""),
-                    observed=f"no process maps a file {module_file_description(expected)}",
-                    why="a declared module that no process maps did not run",
-                )
-            )
-        if prediction is None:
-            continue
-        for variant in policy.dispatches[module].names():
-            if variant != expected and _maps_module(elf_paths, variant):
-                drifts.append(
-                    Drift(
-                        kind=DriftKind.DISPATCH,
-                        subject=module,
-                        expected=f"{expected} only: {prediction.describe()}",
-                        observed=f"{variant} mapped",
-                        why="the process runs a kernel variant this host does not select",
-                    )
-                )
-    return drifts
-
-
-def _maps_module(elf_paths: Sequence[str], module: str) -> bool:
-    return any(is_module_file(path, module) for path in elf_paths)
-
-
-def _role_drifts(tree: TreeSnapshot, roles: Mapping[str, int]) -> list[Drift]:
-    counts: dict[str, int] = {}
-    for process in tree.processes:
-        counts[process.role] = counts.get(process.role, 0) + 1
-    return [
-        Drift(
-            kind=DriftKind.PROCESS_ROLES,
-            subject=f"role {role}",
-            expected=str(roles.get(role, 0)),
-            observed=str(counts.get(role, 0)),
-            why="the server runs another process layout than declared",
-        )
-        for role in sorted(set(roles) | set(counts))
-        if roles and roles.get(role, 0) != counts.get(role, 0)
-    ]

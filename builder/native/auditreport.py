@@ -44,6 +44,9 @@ class ProcessEvidence(_Document):
     error: str | None
     environ: dict[str, str]
     objects: tuple[ObjectEvidence, ...]
+    started_at: float | None = None
+    """When the kernel started it, seconds since the epoch; None in an audit sealed before
+    repro recorded it (`repro verify` then cannot tell two starts apart, and refuses)."""
 
 
 class AuditDocument(_Document):
@@ -68,6 +71,7 @@ class AuditDocument(_Document):
                     exe=p.exe,
                     error=p.error,
                     environ=dict(p.environ),
+                    started_at=p.started_at,
                     objects=tuple(
                         ObjectEvidence(
                             path=o.path,

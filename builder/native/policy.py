@@ -17,7 +17,7 @@ from pathlib import Path
 from rich.progress import Progress, SpinnerColumn, TextColumn
 
 from repro_serving.builder.manifest import Manifest
-from repro_serving.builder.native.audit import AuditPolicy, AuditReport, LoaderInputs, judge
+from repro_serving.builder.native.audit import AuditReport, LoaderInputs, judge
 from repro_serving.builder.native.dispatch import HostCapabilities
 from repro_serving.builder.native.kernels import KERNELS_DIR, KernelSet, dispatches
 from repro_serving.builder.native.loaderhost import (
@@ -28,31 +28,25 @@ from repro_serving.builder.native.loaderhost import (
 )
 from repro_serving.builder.native.processes import HashMemo, TreeSnapshot, snapshot_tree
 from repro_serving.builder.native.pyenv import Environment, Files, HostFiles, tree_environments
-from repro_serving.builder.observe.python import expand_all, path_values
+from repro_serving.builder.native.rules import AuditPolicy
+from repro_serving.builder.native.sealedaudit import manifest_policy
+from repro_serving.builder.observe.python import path_values
 
 
 def policy_from_manifest(
     manifest: Manifest, host: HostCapabilities, *, kernels: Path = KERNELS_DIR
 ) -> AuditPolicy:
-    """The manifest's `[native]` and `[launch.processes]` with placeholders expanded, its kernel
-    sets read from `kernels`, dispatch predicted for `host`."""
+    """The manifest's `[native]` and `[launch.processes]` with placeholders expanded on this
+    host, each path by its real path, its kernel sets read from `kernels`, dispatch predicted
+    for `host` (`builder.native.sealedaudit.manifest_policy`, which verify applies offline)."""
     values = path_values(manifest)
     values |= {f"source.{s.name}": str(manifest.resolve(s.path)) for s in manifest.sources}
-    native = manifest.native
-    kernel_sets = tuple(KernelSet.load(name, kernels) for name in native.kernel_sets)
-    return AuditPolicy(
-        allowed_roots=_real(expand_all(native.allowed_roots, values)),
-        modules=native.modules,
-        forbidden_env=native.forbidden_environment,
-        roles=dict(manifest.launch.processes),
-        preload=_real(expand_all(native.preload, values)),
-        platforms=tuple(kernel_set.platform for kernel_set in kernel_sets),
-        kernel_sets=kernel_sets,
-        # The kernel reports mapped files by their real paths: pins expand to real paths too.
-        values={name: str(Path(value).resolve()) for name, value in values.items()},
-        dispatches={name: d for name, (_, d) in dispatches(kernel_sets).items()},
-        host=host,
-    )
+    kernel_sets = tuple(KernelSet.load(name, kernels) for name in manifest.native.kernel_sets)
+    return manifest_policy(manifest, values, kernel_sets, host, real=_realpath)
+
+
+def _realpath(path: str) -> str:
+    return str(Path(path).resolve())
 
 
 @dataclass(frozen=True)

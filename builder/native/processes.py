@@ -105,6 +105,9 @@ class ProcessSnapshot:
     search_path: str | None = None
     """The PATH it was started with, None when unset (or cleared by a process that renamed
     itself): with `cwd`, how its interpreter resolved a bare argv[0] (`builder.native.pyenv`)."""
+    started_at: float | None = None
+    """When the kernel started it, in seconds since the epoch (psutil's create_time: the boot
+    time, read to the second, plus its start in clock ticks): what tells two starts apart."""
 
 
 @dataclass(frozen=True)
@@ -202,6 +205,7 @@ def _snapshot_process(
             name, ppid = process.name(), process.ppid()
             cmdline = tuple(process.cmdline())
             exe = process.exe() or None
+            started_at = process.create_time()
         block = Path(f"/proc/{pid}/environ").read_bytes()
         maps_text = Path(f"/proc/{pid}/maps").read_text()
     except (psutil.NoSuchProcess, FileNotFoundError, ProcessLookupError):
@@ -220,6 +224,7 @@ def _snapshot_process(
         files=tuple(mappings),
         cwd=_cwd(pid),
         search_path=environ_variable(block, "PATH"),
+        started_at=started_at,
     )
     return snapshot, mappings
 

@@ -1,0 +1,199 @@
+"""A sealed live audit judged again: what `repro verify` decides of `start-N/audit/*.json`.
+
+The live audit (`builder.native.audit.judge`) explains every mapping with the loader emulation
+over the host's files, which a verifier does not have. Everything it decides without them is
+decided again here, by the same functions (`builder.native.rules`), under the bundle's sealed
+manifest, kernel sets and host facts, whatever the sealed verdict says: each mapping's rule and
+the allowed roots and preloads, the environment (forbidden variables, LD_LIBRARY_PATH), the
+kernel sets' pins, every declared module mapped as the variant the sealed host selects, the
+roles and their counts. Beyond those, the audit must be one coherent tree: one root, every
+parent in the tree, every pid once, one executable per process and one for the tree (the
+interpreter the stack was started with), every file id one path and one digest, the file count
+and the stated verdict those of the mappings listed.
+
+What this cannot see: a mapping the sealed audit leaves out, or a rule it gives that the
+emulation would not have given (a `dependency` that no RUNPATH explains): those need the host's
+files. A coherent fabrication by the key's holder is beyond every offline check.
+"""
+
+from __future__ import annotations
+
+import posixpath
+import re
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+
+from repro_serving.builder.drift import Drift, DriftKind
+from repro_serving.builder.manifest import Manifest, expand
+from repro_serving.builder.native.auditreport import AuditDocument, ProcessEvidence
+from repro_serving.builder.native.dispatch import HostCapabilities
+from repro_serving.builder.native.kernels import KernelSet, dispatches
+from repro_serving.builder.native.rules import (
+    KNOWN_RULES,
+    AuditPolicy,
+    env_drifts,
+    module_drifts,
+    pin_drifts,
+    role_drifts,
+    root_drifts,
+)
+
+SHA256 = re.compile(r"[0-9a-f]{64}")
+
+
+def manifest_policy(
+    manifest: Manifest,
+    values: Mapping[str, str],
+    kernel_sets: Sequence[KernelSet],
+    host: HostCapabilities | None,
+    *,
+    real: Callable[[str], str] = posixpath.normpath,
+    roles: Mapping[str, int] | None = None,
+) -> AuditPolicy:
+    """The manifest's `[native]` and `[launch.processes]` (or `roles`, a node's) with its
+    placeholders expanded by `values`, each path made real by `real` (live: the host's real
+    path; offline: normalised as written), dispatch predicted for `host`."""
+    native = manifest.native
+
+    def paths(templates: Sequence[str]) -> tuple[str, ...]:
+        return tuple(dict.fromkeys(real(expand(t, dict(values))) for t in templates))
+
+    return AuditPolicy(
+        allowed_roots=paths(native.allowed_roots),
+        modules=native.modules,
+        forbidden_env=native.forbidden_environment,
+        roles=dict(manifest.launch.processes if roles is None else roles),
+        preload=paths(native.preload),
+        platforms=tuple(kernel_set.platform for kernel_set in kernel_sets),
+        kernel_sets=tuple(kernel_sets),
+        # The kernel reports mapped files by their real paths: pins expand to real paths too.
+        values={name: real(value) for name, value in values.items()},
+        dispatches={name: d for name, (_, d) in dispatches(kernel_sets).items()},
+        host=host,
+    )
+
+
+@dataclass(frozen=True)
+class Interpreter:
+    """Where the stack's executable must come from, when it is started as `{python}`: the
+    venv's interpreter, or the base installation's that it links to."""
+
+    python: str
+    prefix: str
+
+    def admits(self, exe: str) -> bool:
+        name = posixpath.basename(exe)
+        in_bin = posixpath.dirname(exe) == posixpath.join(posixpath.normpath(self.prefix), "bin")
+        return exe == posixpath.normpath(self.python) or (in_bin and name.startswith("python"))
+
+
+def rejudge(
+    documents: Sequence[AuditDocument],
+    policy: AuditPolicy,
+    *,
+    interpreter: Interpreter | None,
+    where: str,
+) -> list[Drift]:
+    """Every drift the sealed audit `documents` (one per role, of one tree) shows under
+    `policy`, found again; `where` names the audit directory in each finding."""
+    if not documents:
+        return [_claim(where, "the audit's role documents", "one or more", "none")]
+    drifts = _document_drifts(documents, where)
+    processes = [p for document in documents for p in document.processes]
+    drifts += _tree_drifts(documents[0].root_pid, processes, where)
+    files: dict[str, tuple[str, str | None]] = {}
+    for process in processes:
+        drifts += _process_drifts(process, policy, interpreter, files, where)
+    exes = sorted({p.exe for p in processes if p.exe is not None})
+    if len(exes) > 1:
+        drifts.append(_claim(where, "executables", "one for every process of the tree", exes))
+    if documents[0].files != len(files):
+        found = f"files: {documents[0].files}, {len(files)} distinct file ids mapped"
+        drifts.append(_claim(where, "files", "the number of distinct ELF files listed", found))
+    distinct = sorted(set(files.values()))
+    drifts += pin_drifts(distinct, policy)
+    root = next((p for p in processes if p.pid == documents[0].root_pid), None)
+    drifts += module_drifts([path for path, _ in distinct], root.environ if root else {}, policy)
+    drifts += role_drifts([p.role for p in processes], policy.roles)
+    return drifts
+
+
+def _document_drifts(documents: Sequence[AuditDocument], where: str) -> list[Drift]:
+    """The role documents of one tree agree on the tree, each holds its own role's processes,
+    and each verdict is what its drifts say."""
+    drifts = []
+    trees = {(d.root_pid, d.files, d.passed, d.drifts) for d in documents}
+    if len(trees) != 1:
+        found = f"{len(documents)} role documents, {len(trees)} different trees"
+        drifts.append(_claim(where, "root_pid, files, passed, drifts", "one tree", found))
+    for document in documents:
+        if document.passed != (not document.drifts):
+            found = f"passed: {document.passed} with {len(document.drifts)} drift(s)"
+            drifts.append(_claim(where, "passed", "true exactly when no drift is listed", found))
+        roles = sorted({p.role for p in document.processes})
+        if len(roles) > 1:
+            drifts.append(_claim(where, "processes", "one role a document", roles))
+    return drifts
+
+
+def _tree_drifts(root_pid: int, processes: Sequence[ProcessEvidence], where: str) -> list[Drift]:
+    drifts = []
+    pids = [p.pid for p in processes]
+    if len(set(pids)) != len(pids):
+        repeated = sorted({pid for pid in pids if pids.count(pid) > 1})
+        drifts.append(_claim(where, "pid", "every process once", f"pids {repeated} repeated"))
+    if root_pid not in pids:
+        drifts.append(_claim(where, "root_pid", "a process of the tree", root_pid))
+    orphans = [p.pid for p in processes if p.pid != root_pid and p.ppid not in pids]
+    if orphans:
+        found = f"pids {orphans} have a parent outside the tree"
+        drifts.append(_claim(where, "ppid", f"every process descends from {root_pid}", found))
+    return drifts
+
+
+def _process_drifts(
+    process: ProcessEvidence,
+    policy: AuditPolicy,
+    interpreter: Interpreter | None,
+    files: dict[str, tuple[str, str | None]],
+    where: str,
+) -> list[Drift]:
+    at = f"{where}: pid {process.pid} ({process.role})"
+    if process.error is not None or process.exe is None:
+        return [
+            Drift(
+                kind=DriftKind.UNREADABLE,
+                subject=at,
+                expected="a readable process of the tree",
+                observed=process.error or "no executable",
+                why="what this process maps cannot be audited",
+            )
+        ]
+    drifts = env_drifts(process.pid, process.role, process.environ, policy)
+    drifts += root_drifts(process.pid, process.role, process.objects, policy)
+    executables = [o.path for o in process.objects if o.rule == "executable"]
+    if executables != [process.exe]:
+        drifts.append(_claim(at, "objects[rule=executable]", f"exactly {process.exe}", executables))
+    if interpreter is not None and not interpreter.admits(process.exe):
+        expected = f"{interpreter.python} or {interpreter.prefix}/bin/python*"
+        drifts.append(_claim(at, "exe", expected, process.exe))
+    for obj in process.objects:
+        if obj.rule not in KNOWN_RULES:
+            drifts.append(_claim(f"{at}: {obj.path}", "rule", " | ".join(KNOWN_RULES), obj.rule))
+        if obj.sha256 is None or not SHA256.fullmatch(obj.sha256):
+            drifts.append(_claim(f"{at}: {obj.path}", "sha256", "64 hex digits", obj.sha256))
+        known = files.setdefault(obj.file_id, (obj.path, obj.sha256))
+        if known != (obj.path, obj.sha256):
+            found = f"{obj.path} {obj.sha256}, elsewhere {known[0]} {known[1]}"
+            drifts.append(_claim(f"{at}: {obj.file_id}", "file_id", "one path and digest", found))
+    return drifts
+
+
+def _claim(subject: str, field: str, expected: object, found: object) -> Drift:
+    return Drift(
+        kind=DriftKind.CLAIM,
+        subject=f"{subject}: {field}",
+        expected=str(expected),
+        observed=str(found),
+        why="the sealed audit contradicts itself",
+    )
