@@ -12,7 +12,7 @@ the manifest and the lock, starting nothing.
 from __future__ import annotations
 
 import itertools
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
 
@@ -28,14 +28,16 @@ from repro_serving.builder.claims import (
     roles_claim,
 )
 from repro_serving.builder.documents import read_document, read_sealed
-from repro_serving.builder.drift import Drift
+from repro_serving.builder.drift import Drift, DriftKind
 from repro_serving.builder.errors import BadInput, ReproError
+from repro_serving.builder.freshstarts import StartEvidence, start_problems
 from repro_serving.builder.handoff.checks import handoff_checks
 from repro_serving.builder.hashing import sha256_bytes, sha256_file
 from repro_serving.builder.lock import EvidenceClass, Lock, OracleRowClaim, ThroughputClaim
 from repro_serving.builder.manifest import Manifest, Suite, expand
 from repro_serving.builder.native.auditreport import AuditDocument, AuditDrifts, ProcessEvidence
 from repro_serving.builder.native.kernels import KernelSet
+from repro_serving.builder.native.sealedaudit import Interpreter, manifest_policy, rejudge
 from repro_serving.builder.observations import (
     OBSERVATIONS_FILE,
     Observations,
@@ -60,12 +62,14 @@ from repro_serving.launch.evidence import (
     Rows,
     RunDocument,
     RunEvidence,
+    ServerDocument,
     Teacher,
+    TeardownDocument,
     Verdict,
     Verdicts,
     VerdictStatus,
 )
-from repro_serving.launch.gates import audit_verdict, judge_run
+from repro_serving.launch.gates import audit_verdict, judge_run, server_log_verdict
 from repro_serving.launch.rundir import (
     AUDIT_DIR,
     DRIFTS_FILE,
@@ -76,6 +80,8 @@ from repro_serving.launch.rundir import (
     QUALITY_FILE,
     ROWS_FILE,
     RUN_FILE,
+    SERVER_FILE,
+    TEARDOWN_FILE,
     VERDICTS_FILE,
     evidence_names,
     rank_dir,
@@ -152,6 +158,7 @@ class OpenedBundle:
     lock: Lock
     manifest: Manifest
     suite: Suite
+    _audits: dict[tuple[int, int], SealedAudit] = field(default_factory=dict, compare=False)
 
     @classmethod
     def read(cls, path: Path, anchor: Path | None = None) -> OpenedBundle:
@@ -197,11 +204,26 @@ class OpenedBundle:
         path = self.evidence(RUN_FILE)
         return read_document(RunDocument, path, what="the run record")
 
+    @cached_property
+    def nodes(self) -> NodesDocument | None:
+        """What each node's actor said (`nodes.json`), for a stack served across nodes."""
+        if not self.manifest.clustered:
+            return None
+        path = self.evidence(NODES_FILE)
+        return NodesDocument.from_bytes(read_sealed(path, what="the nodes' facts"), where=str(path))
+
     def audit(self, start: int, rank: int = 0) -> SealedAudit:
         """The sealed live audit of `start` (on rank `rank`'s node, for a stack served across
-        nodes): one document per role, which must agree on the tree (its root, its distinct ELF
-        files, its drifts) and with `drifts.json`."""
+        nodes), judged again (`builder.native.sealedaudit`) under the sealed manifest, kernel
+        sets and the facts of the host it ran on; `drifts.json` must be its documents' list."""
+        key = (start, rank)
+        if key not in self._audits:
+            self._audits[key] = self._judge_audit(start, rank)
+        return self._audits[key]
+
+    def _judge_audit(self, start: int, rank: int) -> SealedAudit:
         directory = rank_dir(self.evidence(f"start-{start}"), rank) / AUDIT_DIR
+        where = str(directory.relative_to(self.path))
         path = directory / DRIFTS_FILE
         drifts = read_document(AuditDrifts, path, what="the audit's drifts").root
         documents = [
@@ -209,22 +231,39 @@ class OpenedBundle:
             for role_file in sorted(directory.glob("*.json"))
             if role_file.name != DRIFTS_FILE
         ]
-        trees = {(d.root_pid, d.files, d.passed, d.drifts) for d in documents}
-        if len(trees) != 1 or next(iter(trees))[3] != drifts:
-            raise BadInput(
-                "the sealed audit's documents disagree about the tree they audited",
-                where=str(directory),
-                expected=f"one root, file count and drift list, equal to {DRIFTS_FILE}",
-                found=f"{len(documents)} role documents, {len(trees)} different trees",
-            )
-        if any(
-            {p.role for p in d.processes} != {d.processes[0].role} for d in documents if d.processes
-        ):
-            raise BadInput(
-                "a role's audit document holds processes of another role", where=str(directory)
+        values = self.observations.values
+        host = self.observations.host if rank == 0 or self.nodes is None else None
+        if host is None and self.nodes is not None:
+            host = next((n.host for n in self.nodes.nodes if n.rank == rank), None)
+        roles = self.manifest.node_processes(rank) if self.manifest.clustered else None
+        policy = manifest_policy(
+            self.manifest,
+            values,
+            self.kernel_sets(),
+            host.capabilities() if host is not None else None,
+            roles=roles,
+        )
+        interpreter = None
+        launched = self.manifest.launch.argv[:1] == ("{python}",)
+        if launched and {"python", "python_prefix"} <= set(values):
+            interpreter = Interpreter(values["python"], values["python_prefix"])
+        found = rejudge(documents, policy, interpreter=interpreter, where=where)
+        if documents and documents[0].drifts != drifts:
+            found.insert(
+                0,
+                Drift(
+                    kind=DriftKind.CLAIM,
+                    subject=f"{where}/{DRIFTS_FILE}",
+                    expected="the drifts every role document lists",
+                    observed=f"{len(drifts)} drift(s), the documents list "
+                    f"{len(documents[0].drifts)}",
+                    why="the sealed audit contradicts itself",
+                ),
             )
         processes = [process for document in documents for process in document.processes]
-        return SealedAudit(tuple(processes), documents[0].files, drifts)
+        files = documents[0].files if documents else 0
+        root = documents[0].root_pid if documents else None
+        return SealedAudit(tuple(processes), files, drifts, tuple(found), root)
 
 
 @dataclass(frozen=True)
@@ -233,6 +272,15 @@ class SealedAudit:
     files: int
     """Distinct ELF files the tree mapped."""
     drifts: tuple[Drift, ...]
+    """What the live audit found, as sealed."""
+    rejudged: tuple[Drift, ...] = ()
+    """What judging the sealed audit again found that it does not list."""
+    root_pid: int | None = None
+
+    @property
+    def all_drifts(self) -> tuple[Drift, ...]:
+        """Every drift of the tree: those sealed, then those the sealed list hides."""
+        return (*self.drifts, *(d for d in self.rejudged if d not in self.drifts))
 
 
 # --- claims recomputed from the sealed evidence ------------------------------------------------
@@ -254,6 +302,7 @@ def recompute(
         rows = _rows(sealed, 1)
         checks.extend(_oracle_checks(sealed, rows, taught_here=not sealed_run))
         checks.extend(_fresh_start_checks(sealed, rows))
+        checks.extend(_audit_checks(sealed))
         checks.append(_native_check(sealed))
         checks.append(_dispatch_check(sealed))
         if sealed.manifest.clustered or sealed.lock.nodes:
@@ -383,13 +432,13 @@ def _throughput_checks(
             )
         ]
     checks = [_equal("oracle.throughput.tokens", evidence, str(ours.tokens), str(theirs.tokens))]
-    for field in ("conventional_median", "historical_median"):
-        value, locked = getattr(ours, field), getattr(theirs, field)
+    for name in ("conventional_median", "historical_median"):
+        value, locked = getattr(ours, name), getattr(theirs, name)
         if value is None and locked is None:
             continue
         checks.append(
             ClaimCheck(
-                f"oracle.throughput.{field}",
+                f"oracle.throughput.{name}",
                 evidence,
                 f"{value!r} tok/s",
                 None not in (value, locked) and abs(value - locked) <= 1e-12,
@@ -412,13 +461,91 @@ def _fresh_start_checks(sealed: OpenedBundle, first: tuple[OracleRow, ...]) -> l
                 same,
             )
         )
+    starts = _start_evidence(sealed)
+    repro_pid = None if sealed.manifest.clustered else sealed.run.repro_pid
+    problems = start_problems(starts, repro_pid=repro_pid)
+    checks.append(
+        ClaimCheck(
+            "fresh starts (each one tree, torn down with proof; none a copy of another)",
+            EvidenceClass.SEALED,
+            f"{sealed.manifest.oracle.gates.fresh_starts} start(s), {len(starts)} tree(s)",
+            not problems,
+            _shown(problems),
+        )
+    )
     return checks
+
+
+def _audit_checks(sealed: OpenedBundle) -> list[ClaimCheck]:
+    """Each start's sealed live audit on each node, judged again: whatever it states, a drift
+    found again fails it."""
+    checks = []
+    for start, rank in _starts_and_ranks(sealed):
+        audit = sealed.audit(start, rank)
+        drifts = audit.all_drifts
+        name = f"start-{start}" + (f" rank {rank}" if rank else "")
+        checks.append(
+            ClaimCheck(
+                f"live audit of {name} judged again (roots, preload, env, pins, dispatch, roles)",
+                EvidenceClass.SEALED,
+                f"{len(audit.processes)} processes, {audit.files} ELF files",
+                not drifts,
+                _shown(
+                    [
+                        f"{d.kind.value} {d.subject}: expected {d.expected}, found {d.observed}"
+                        for d in drifts
+                    ]
+                ),
+            )
+        )
+    return checks
+
+
+def _starts_and_ranks(sealed: OpenedBundle) -> list[tuple[int, int]]:
+    ranks = [n.rank for n in sealed.manifest.declared_nodes] or [0]
+    starts = range(1, sealed.manifest.oracle.gates.fresh_starts + 1)
+    return [(start, rank) for start in starts for rank in ranks]
+
+
+def _start_evidence(sealed: OpenedBundle) -> list[StartEvidence]:
+    found = []
+    for start, rank in _starts_and_ranks(sealed):
+        directory = rank_dir(sealed.evidence(f"start-{start}"), rank)
+        audit = sealed.audit(start, rank)
+        server = None
+        if rank == 0:
+            server = read_document(
+                ServerDocument, directory / SERVER_FILE, what="the server's record"
+            )
+        teardown = read_document(
+            TeardownDocument, directory / TEARDOWN_FILE, what="the teardown's record"
+        )
+        root = audit.root_pid if audit.root_pid is not None else -1
+        found.append(
+            StartEvidence(
+                start=start,
+                rank=rank,
+                where=str(directory.relative_to(sealed.path)),
+                root_pid=root,
+                processes=audit.processes,
+                teardown=teardown,
+                log=_log(sealed, start, rank),
+                server=server,
+                rows=_rows(sealed, start) if rank == 0 else (),
+            )
+        )
+    return found
+
+
+def _log(sealed: OpenedBundle, start: int, rank: int) -> bytes:
+    path = rank_dir(sealed.evidence(f"start-{start}"), rank) / LOG_FILE
+    return read_sealed(path, what="a server log") if path.is_file() else b""
 
 
 def _native_check(sealed: OpenedBundle) -> ClaimCheck:
     values = sealed.observations.values
     audit = sealed.audit(1)
-    audit_drifts = audit.drifts
+    audit_drifts = audit.all_drifts
     roles = roles_claim(audit.processes, values)
     environments = environments_claim(audit.processes, values)
     lock = sealed.lock.native
@@ -474,8 +601,8 @@ def _nodes_check(sealed: OpenedBundle) -> ClaimCheck:
     if not sealed.manifest.clustered:
         detail = "the lock claims nodes, the manifest declares none"
         return ClaimCheck("nodes (every node answered)", EvidenceClass.SEALED, shown, False, detail)
-    path = sealed.evidence(NODES_FILE)
-    facts = NodesDocument.from_bytes(path.read_bytes(), where=str(path))
+    facts = sealed.nodes
+    assert facts is not None  # the manifest is clustered
     audits = {n.rank: sealed.audit(1, n.rank).processes for n in sealed.manifest.declared_nodes}
     claims, problems = node_claims(
         sealed.manifest,
@@ -587,8 +714,17 @@ def recompute_verdicts(sealed: OpenedBundle) -> tuple[Verdict, ...]:
         for rank in ranks:
             audit = sealed.audit(start, rank)
             roles = [process.role for process in audit.processes]
-            audits.append(audit_verdict(start, roles, audit.files, audit.drifts, rank=rank))
-    return (*verdicts, *audits)
+            audits.append(audit_verdict(start, roles, audit.files, audit.all_drifts, rank=rank))
+    logs = []
+    for start in range(1, starts + 1):
+        for rank in ranks:
+            directory = rank_dir(sealed.evidence(f"start-{start}"), rank)
+            teardown = read_document(
+                TeardownDocument, directory / TEARDOWN_FILE, what="the teardown's record"
+            )
+            log = _log(sealed, start, rank)
+            logs.append(server_log_verdict(start, log, teardown.log_bytes, rank=rank))
+    return (*verdicts, *audits, *logs)
 
 
 def _text(path: Path) -> str | None:

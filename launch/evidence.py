@@ -205,6 +205,33 @@ class RunDocument(_Record):
     repro_pid: int
 
 
+class ServerDocument(_Record):
+    """`start-N/server.json`: the started tree's group leader, where it answered, and when it
+    was spawned and ready (seconds since the epoch, the clock of process start times)."""
+
+    pid: int
+    port: int
+    ready_after_s: float
+    started_at: float | None = None
+    """None in a run sealed before repro recorded it: `repro verify` refuses such a start."""
+    ready_at: float | None = None
+
+
+class TeardownDocument(_Record):
+    """`start-N/teardown.json` (and a rank's): the tree torn down with proof (`proven`), or
+    why not (`error`); every pid it held, those that needed SIGKILL, when teardown began and
+    ended, and how many bytes of the server's log were written before it began."""
+
+    proven: bool
+    error: str | None = None
+    pids: tuple[int, ...] = ()
+    killed: tuple[int, ...] = ()
+    seconds: float | None = None
+    began_at: float | None = None
+    ended_at: float | None = None
+    log_bytes: int | None = None
+
+
 class Verdicts(RootModel[tuple[Verdict, ...]]):
     """`verdicts.json`: every gate verdict of a run, in the order it judged them."""
 

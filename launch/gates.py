@@ -684,6 +684,45 @@ def audit_verdict(
     return Verdict(gate=gate, status=VerdictStatus.FAIL, summary=summary, details=details)
 
 
+SERVER_LOG_GATE: Final = "server_log"
+CRASH_MARKERS: Final = (
+    "Traceback (most recent call last)",
+    "Fatal Python error",
+    "Illegal instruction",
+    "SIGILL",
+    "Segmentation fault",
+    "core dumped",
+)
+"""What a process of the stack writes when it crashes: none may appear while the stack served
+(a shutdown's own traceback, after teardown began, is not the run's)."""
+
+
+def server_log_gate(start: int, rank: int = 0) -> str:
+    return f"{SERVER_LOG_GATE}:start-{start}" + (f":rank-{rank}" if rank else "")
+
+
+def server_log_verdict(start: int, log: bytes, served: int | None, *, rank: int = 0) -> Verdict:
+    """A start's log (one rank's): not empty, and no crash in what the stack wrote before
+    teardown began (`served` bytes, `teardown.json` log_bytes; the whole log when unknown)."""
+    gate = server_log_gate(start, rank)
+    if not log:
+        return _verdict(gate, False, "the server wrote no log")
+    written = log[: len(log) if served is None else served]
+    text = written.decode(errors="replace")
+    found = [
+        (number, marker)
+        for number, line in enumerate(text.splitlines(), start=1)
+        for marker in CRASH_MARKERS
+        if marker in line
+    ]
+    if found:
+        number, marker = found[0]
+        summary = f"{len(found)} crash line(s) while serving; first: line {number} {marker!r}"
+        return _verdict(gate, False, summary, lines=[n for n, _ in found[:20]])
+    summary = f"{len(text.splitlines())} lines written while serving, no crash"
+    return _verdict(gate, True, summary, served_bytes=len(written))
+
+
 def _capturing(verdict: Verdict, gates: Gates, evidence: RunEvidence) -> Verdict:
     if verdict.gate not in TEACHER_GATES or verdict.status is VerdictStatus.NOT_APPLICABLE:
         return verdict

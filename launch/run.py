@@ -50,8 +50,10 @@ from repro_serving.launch.evidence import (
     OracleRow,
     RunDocument,
     RunEvidence,
+    ServerDocument,
     Teacher,
     TeacherRow,
+    TeardownDocument,
     Verdict,
     VerdictStatus,
 )
@@ -377,10 +379,14 @@ def _ready(run: _Run, record: StartRecord, server: lifecycle.RunningServer) -> N
     record.ready_at_monotonic = server.started_at + server.ready_after_s
     entry = registry.Entry(server.pid, server.port, str(directory.root), server.spec.argv[0])
     registry.register(plan.registry, entry)
-    directory.write_json(
-        record.directory / SERVER_FILE,
-        {"pid": server.pid, "port": server.port, "ready_after_s": server.ready_after_s},
+    document = ServerDocument(
+        pid=server.pid,
+        port=server.port,
+        ready_after_s=server.ready_after_s,
+        started_at=server.spawned_at,
+        ready_at=time.time(),
     )
+    directory.write_json(record.directory / SERVER_FILE, document.model_dump(mode="json"))
 
 
 def _serve(run: _Run, record: StartRecord, server: lifecycle.RunningServer) -> None:
@@ -501,7 +507,7 @@ def _start_ranks(
     number = record.start
     run.notify(Event("starting", number, f"start {number}: starting {len(specs)} ranks ..."))
     with _timed(record, "start"):
-        began = time.monotonic()
+        began, spawned_at = time.monotonic(), time.time()
         for rank in sorted(specs, reverse=True):
             pid = cluster.call(rank, "spawn", specs[rank])
             started.append(rank)
@@ -514,10 +520,15 @@ def _start_ranks(
         )
     record.ready_after_s = ready_after
     record.ready_at_monotonic = began + ready_after
-    run.directory.write_json(
-        record.directory / SERVER_FILE,
-        {"pid": record.pid, "port": specs[0].port, "ready_after_s": ready_after},
+    assert record.pid is not None  # rank 0 was spawned
+    document = ServerDocument(
+        pid=record.pid,
+        port=specs[0].port,
+        ready_after_s=ready_after,
+        started_at=spawned_at,
+        ready_at=time.time(),
     )
+    run.directory.write_json(record.directory / SERVER_FILE, document.model_dump(mode="json"))
 
 
 def _audit_nodes(run: _Run, record: StartRecord, cluster: nodes.Cluster) -> None:
@@ -551,17 +562,13 @@ def _cluster_teardown(
                 )
             except ReproError as error:
                 record.error = record.error or error
-                directory.write_json(
-                    at / TEARDOWN_FILE, {"proven": False, "error": error.diagnostics()}
-                )
+                _write_teardown(directory, at, None, error)
             else:
                 if rank:
                     record.ranks[rank].teardown = teardown
                 else:
                     record.teardown = teardown
-                directory.write_json(
-                    at / TEARDOWN_FILE, {"proven": True, **dataclasses.asdict(teardown)}
-                )
+                _write_teardown(directory, at, teardown)
             with contextlib.suppress(ReproError):
                 directory.write_bytes(at / LOG_FILE, cluster.call(rank, "log"))
 
@@ -582,15 +589,28 @@ def _teardown(run: _Run, record: StartRecord, server: lifecycle.RunningServer) -
             record.teardown = lifecycle.stop(server)
         except ReproError as error:
             record.error = record.error or error
-            directory.write_json(
-                record.directory / TEARDOWN_FILE, {"proven": False, "error": error.diagnostics()}
-            )
+            _write_teardown(directory, record.directory, None, error)
             return
         registry.unregister(plan.registry, server.pid)
-        directory.write_json(
-            record.directory / TEARDOWN_FILE,
-            {"proven": True, **dataclasses.asdict(record.teardown)},
-        )
+        _write_teardown(directory, record.directory, record.teardown)
+
+
+def _teardown_summary(teardown: lifecycle.Teardown) -> dict[str, object]:
+    return {"pids": teardown.pids, "killed": teardown.killed, "seconds": teardown.seconds}
+
+
+def _write_teardown(
+    directory: RunDirectory,
+    at: Path,
+    teardown: lifecycle.Teardown | None,
+    error: ReproError | None = None,
+) -> None:
+    """`teardown.json`: the proof, or why there is none."""
+    if teardown is None:
+        document = TeardownDocument(proven=False, error=error.diagnostics() if error else None)
+    else:
+        document = TeardownDocument(proven=True, **dataclasses.asdict(teardown))
+    directory.write_json(at / TEARDOWN_FILE, document.model_dump(mode="json"))
 
 
 # --- judging and finishing -----------------------------------------------------------------------
@@ -609,7 +629,23 @@ def judge(plan: RunPlan, starts: tuple[StartRecord, ...]) -> tuple[Verdict, ...]
     )
     markers = runtime_markers(plan.manifest.native.kernel_sets, plan.kernels)
     verdicts = gates.judge_run(plan.manifest.oracle.gates, evidence, kernel_markers=markers)
-    return (*verdicts, *(v for start in starts for v in _audit_verdicts(start)))
+    audits = (v for start in starts for v in _audit_verdicts(start))
+    logs = (v for start in starts for v in _log_verdicts(start))
+    return (*verdicts, *audits, *logs)
+
+
+def _log_verdicts(start: StartRecord) -> tuple[Verdict, ...]:
+    """Each node's log of `start`, up to where its teardown began."""
+    teardowns = {0: start.teardown, **{r: rank.teardown for r, rank in sorted(start.ranks.items())}}
+    return tuple(
+        gates.server_log_verdict(
+            start.start,
+            _read_bytes(rank_dir(start.directory, rank) / LOG_FILE),
+            teardown.log_bytes if teardown is not None else None,
+            rank=rank,
+        )
+        for rank, teardown in teardowns.items()
+    )
 
 
 def _audit_verdicts(start: StartRecord) -> tuple[Verdict, ...]:
@@ -713,7 +749,7 @@ def _start_document(record: RunRecord, start: StartRecord) -> dict[str, Any]:
         "rows": [_row_document(record, row) for row in start.rows],
         "metrics": None if delta is None else delta.model_dump(mode="json"),
         "acceptance": None if delta is None else acceptance(delta),
-        "teardown": None if start.teardown is None else dataclasses.asdict(start.teardown),
+        "teardown": None if start.teardown is None else _teardown_summary(start.teardown),
         "error": None if start.error is None else start.error.diagnostics(),
     }
 
@@ -790,6 +826,14 @@ def _run_document(plan: RunPlan, suite: Suite, spec: lifecycle.ServerSpec) -> di
 
 def _read_log(start_dir: Path) -> str | None:
     return _read_text(start_dir / LOG_FILE)
+
+
+def _read_bytes(path: Path) -> bytes:
+    """A log as written; empty when the run did not get as far as writing it."""
+    try:
+        return path.read_bytes()
+    except OSError:
+        return b""
 
 
 def _read_text(path: Path) -> str | None:

@@ -59,8 +59,9 @@ ROWS_FILE: Final = "rows.json"
 TEARDOWN_FILE: Final = "teardown.json"
 NODES_FILE: Final = "nodes.json"
 
-RUN_EVIDENCE: Final = (RUN_FILE, VERDICTS_FILE, QUALITY_FILE, SUMMARY_FILE)
-"""What of a run directory's top level is evidence."""
+RUN_EVIDENCE: Final = (RUN_FILE, VERDICTS_FILE, QUALITY_FILE)
+"""What of a run directory's top level is evidence: never `summary.json`, a report derived
+from the rest for people, which a bundle would seal for nothing to check."""
 START_EVIDENCE: Final = (
     LOG_FILE, SERVER_FILE, METRICS_BEFORE, METRICS_AFTER, ROWS_FILE, TEARDOWN_FILE,
 )  # fmt: skip

@@ -77,7 +77,10 @@ class RunningServer:
     spec: ServerSpec
     pid: int
     started_at: float
+    """On the monotonic clock."""
     ready_after_s: float
+    spawned_at: float
+    """When it was spawned, in seconds since the epoch (the clock process start times use)."""
     process: subprocess.Popen[bytes] = dataclasses.field(repr=False, compare=False)
 
     @property
@@ -95,11 +98,16 @@ class RunningServer:
 
 @dataclasses.dataclass(frozen=True)
 class Teardown:
-    """What teardown found and did: every pid of the tree, and which needed SIGKILL."""
+    """What teardown found and did: every pid of the tree, and which needed SIGKILL; when it
+    began and ended (seconds since the epoch: what orders two starts), and how much of the
+    server's log had been written when it began (what the server wrote while serving)."""
 
     pids: tuple[int, ...]
     killed: tuple[int, ...]
     seconds: float
+    began_at: float
+    ended_at: float
+    log_bytes: int
 
 
 @contextlib.contextmanager
@@ -133,7 +141,7 @@ def spawn(spec: ServerSpec) -> RunningServer:
     if spec.readiness_path is not None:
         refuse_port_in_use(spec.host, spec.port)
     spec.log_path.parent.mkdir(parents=True, exist_ok=True)
-    started_at = time.monotonic()
+    started_at, spawned_at = time.monotonic(), time.time()
     with spec.log_path.open("wb") as log:
         process = subprocess.Popen(
             spec.argv,
@@ -145,13 +153,19 @@ def spawn(spec: ServerSpec) -> RunningServer:
             start_new_session=True,
         )
     return RunningServer(
-        spec=spec, pid=process.pid, started_at=started_at, ready_after_s=0.0, process=process
+        spec=spec,
+        pid=process.pid,
+        started_at=started_at,
+        ready_after_s=0.0,
+        spawned_at=spawned_at,
+        process=process,
     )
 
 
 def stop(server: RunningServer) -> Teardown:
     """SIGTERM the group, SIGKILL what outlives the bound, then prove the tree gone, port free."""
-    began = time.monotonic()
+    began, began_at = time.monotonic(), time.time()
+    log_bytes = _size(server.log_path)
     members = tree_members(server.pid)
     _signal_all(server.pid, members, signal.SIGTERM)
     _reap_leader(server.process, server.spec.stop_timeout_s)
@@ -165,7 +179,21 @@ def stop(server: RunningServer) -> Teardown:
     if server.spec.readiness_path is not None:
         _await_port_free(server.spec)
     pids = tuple(sorted(process.pid for process in members))
-    return Teardown(pids=pids, killed=killed, seconds=time.monotonic() - began)
+    return Teardown(
+        pids=pids,
+        killed=killed,
+        seconds=time.monotonic() - began,
+        began_at=began_at,
+        ended_at=time.time(),
+        log_bytes=log_bytes,
+    )
+
+
+def _size(path: Path) -> int:
+    try:
+        return path.stat().st_size
+    except OSError:
+        return 0
 
 
 def tree_members(pid: int) -> list[psutil.Process]:

@@ -103,10 +103,10 @@ def print_report(report: VerifyReport) -> None:
         out.print(
             table(
                 f"{report.bundle}: claims recomputed from the sealed evidence",
-                ("claim", "class", "value", "ok", "detail"),
+                ("#", "claim", "class", "value", "ok", "detail"),
                 (
-                    (c.claim, c.evidence.value, c.value, "yes" if c.ok else "NO", c.detail)
-                    for c in report.checks
+                    (str(n), c.claim, c.evidence.value, c.value, "yes" if c.ok else "NO", c.detail)
+                    for n, c in enumerate(report.checks, start=1)
                 ),
             )
         )

@@ -8,6 +8,7 @@ from pathlib import Path
 from repro_serving.builder.claims import ClaimCheck
 from repro_serving.builder.documents import read_sealed
 from repro_serving.builder.errors import ReproError
+from repro_serving.builder.handoff.kernelsets import kernel_sets_check
 from repro_serving.builder.handoff.launcher import launcher_check
 from repro_serving.builder.handoff.readme import render_readme
 from repro_serving.builder.handoff.tools import tools_check
@@ -16,8 +17,14 @@ from repro_serving.builder.sealing.bundle import README
 
 
 def handoff_checks(bundle: Path, lock: Lock, checks: Sequence[ClaimCheck]) -> list[ClaimCheck]:
-    """The launcher, the tools, and the README against the `checks` just recomputed."""
-    return [launcher_check(bundle), tools_check(bundle, lock), readme_check(bundle, lock, checks)]
+    """The launcher, the tools, the kernel sets against the tools, and the README against the
+    `checks` just recomputed."""
+    return [
+        launcher_check(bundle),
+        tools_check(bundle, lock),
+        kernel_sets_check(bundle, lock, lock.native.kernel_sets),
+        readme_check(bundle, lock, checks),
+    ]
 
 
 def readme_check(bundle: Path, lock: Lock, checks: Sequence[ClaimCheck]) -> ClaimCheck:

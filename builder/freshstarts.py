@@ -1,0 +1,202 @@
+"""The fresh starts of a sealed run, each judged whole and told apart from the others.
+
+A start is one tree, spawned, ready, audited, asked, torn down: `server.json` names its group
+leader (the root of its sealed audit, a child of the repro that ran it) and when it was spawned
+and ready; every audited process was started by the kernel between the spawn and the teardown;
+`teardown.json` proves every audited process gone, and says when it began and ended and how
+much of the log was written while the stack served; the log is not empty. Two starts are two:
+start N+1 was spawned after start N's teardown ended, every one of its processes started after
+it, no process (pid and start time) is in both, and its rows were not timed at the same instants.
+
+All times are seconds since the epoch on the clock of the host the rank ran on; a process's
+start time is the kernel's boot time, which Linux states to the second, plus its start in
+clock ticks, so it may read up to a second early (`BOOT_TIME_SLACK_S`).
+
+What this cannot see: two starts fabricated consistently (other pids, later times) by the
+holder of the key; that the clock of the host was right.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Final
+
+from repro_serving.builder.native.auditreport import ProcessEvidence
+from repro_serving.launch.evidence import OracleRow, ServerDocument, TeardownDocument
+
+BOOT_TIME_SLACK_S: Final = 1.05
+"""How early a process's start time may read: the boot time is stated to the second."""
+CLOCK_SLACK_S: Final = 2.0
+"""How far two readings of one interval, on the monotonic and the wall clock, may differ."""
+
+
+@dataclass(frozen=True)
+class StartEvidence:
+    """What one rank of one start sealed."""
+
+    start: int
+    rank: int
+    where: str
+    """Its directory in the bundle (`evidence/start-2`, `evidence/start-1/rank-1`)."""
+    root_pid: int
+    processes: tuple[ProcessEvidence, ...]
+    teardown: TeardownDocument
+    log: bytes
+    server: ServerDocument | None = None
+    """Rank 0's `server.json`; a rank above 0 has none."""
+    rows: tuple[OracleRow, ...] = ()
+
+
+def start_problems(starts: Sequence[StartEvidence], *, repro_pid: int | None) -> list[str]:
+    """Every contradiction within each start and between consecutive starts of one rank.
+    `repro_pid`: the pid of the repro that spawned rank 0 of each start on its own host (None
+    for a stack served across nodes, whose ranks are spawned by their nodes' actors)."""
+    problems: list[str] = []
+    for start in starts:
+        problems += _one_start(start, repro_pid)
+    by_rank: dict[int, list[StartEvidence]] = {}
+    for start in sorted(starts, key=lambda s: (s.rank, s.start)):
+        by_rank.setdefault(start.rank, []).append(start)
+    for ranks in by_rank.values():
+        for earlier, later in itertools.pairwise(ranks):
+            problems += _apart(earlier, later)
+    return problems
+
+
+def _one_start(start: StartEvidence, repro_pid: int | None) -> list[str]:
+    at, teardown, server = start.where, start.teardown, start.server
+    problems = []
+    if not teardown.proven or teardown.error is not None:
+        problems.append(
+            f"{at}/teardown.json: proven: expected true with no error, found "
+            f"{teardown.proven} ({teardown.error or 'no error stated'})"
+        )
+    missing = [
+        name for name in ("began_at", "ended_at", "log_bytes") if getattr(teardown, name) is None
+    ]
+    if missing:
+        problems.append(f"{at}/teardown.json: {', '.join(missing)}: expected, found absent")
+    audited = {p.pid for p in start.processes}
+    if not audited <= set(teardown.pids):
+        left = sorted(audited - set(teardown.pids))
+        problems.append(
+            f"{at}/teardown.json: pids: expected every audited pid, found {left} missing"
+        )
+    if not set(teardown.killed) <= set(teardown.pids):
+        problems.append(f"{at}/teardown.json: killed: expected pids of the tree, found others")
+    began, ended = teardown.began_at, teardown.ended_at
+    interval = None if began is None or ended is None else ended - began
+    if interval is not None and (
+        interval < 0 or abs(interval - (teardown.seconds or 0)) > CLOCK_SLACK_S
+    ):
+        problems.append(
+            f"{at}/teardown.json: began_at {began}, ended_at {ended}, seconds "
+            f"{teardown.seconds}: expected one interval"
+        )
+    if not start.log:
+        problems.append(f"{at}/server.log: expected what the server wrote, found it empty")
+    elif teardown.log_bytes is not None and teardown.log_bytes > len(start.log):
+        problems.append(
+            f"{at}/server.log: expected at least the {teardown.log_bytes} bytes written before "
+            f"teardown (teardown.json log_bytes), found {len(start.log)}"
+        )
+    if server is not None:
+        problems += _server_problems(start, server, repro_pid)
+    unstarted = [p.pid for p in start.processes if p.started_at is None]
+    if unstarted:
+        problems.append(
+            f"{at}/audit: started_at: expected each process's start time, found none for pids "
+            f"{unstarted}"
+        )
+    opened = server.started_at if server is not None else None
+    for process in start.processes:
+        when = process.started_at
+        if when is None:
+            continue
+        if opened is not None and when < opened - BOOT_TIME_SLACK_S:
+            problems.append(
+                f"{at}/audit: pid {process.pid} ({process.role}) started_at {when}: expected "
+                f"after the spawn at {opened} (server.json started_at)"
+            )
+        if began is not None and when > began + BOOT_TIME_SLACK_S:
+            problems.append(
+                f"{at}/audit: pid {process.pid} ({process.role}) started_at {when}: expected "
+                f"before teardown began at {began}"
+            )
+    return problems
+
+
+def _server_problems(
+    start: StartEvidence, server: ServerDocument, repro_pid: int | None
+) -> list[str]:
+    at = start.where
+    problems = []
+    if server.pid != start.root_pid:
+        problems.append(
+            f"{at}/server.json: pid: expected {start.root_pid}, the root of the sealed audit, "
+            f"found {server.pid}"
+        )
+    root = next((p for p in start.processes if p.pid == start.root_pid), None)
+    if repro_pid is not None and root is not None and root.ppid != repro_pid:
+        problems.append(
+            f"{at}/audit: pid {root.pid} ppid: expected {repro_pid}, the repro that ran it "
+            f"(run.json repro_pid), found {root.ppid}"
+        )
+    opened, ready = server.started_at, server.ready_at
+    if opened is None or ready is None:
+        problems.append(f"{at}/server.json: started_at, ready_at: expected, found absent")
+        return problems
+    if ready < opened or abs(ready - opened - server.ready_after_s) > CLOCK_SLACK_S:
+        problems.append(
+            f"{at}/server.json: ready_at - started_at = {ready - opened:.3f} s: expected "
+            f"ready_after_s {server.ready_after_s:.3f} s"
+        )
+    began = start.teardown.began_at
+    if began is not None and began < ready:
+        problems.append(
+            f"{at}/teardown.json: began_at {began}: expected after ready_at {ready} (server.json)"
+        )
+    return problems
+
+
+def _apart(earlier: StartEvidence, later: StartEvidence) -> list[str]:
+    """`later` is a start of its own, after `earlier`'s teardown, on the same rank."""
+    at, problems = later.where, []
+    ended = earlier.teardown.ended_at
+    if ended is not None:
+        if later.server is not None and (later.server.started_at or 0) < ended:
+            problems.append(
+                f"{at}/server.json: started_at {later.server.started_at}: expected after "
+                f"{earlier.where}'s teardown ended at {ended}"
+            )
+        early = [
+            p.pid
+            for p in later.processes
+            if p.started_at is not None and p.started_at < ended - BOOT_TIME_SLACK_S
+        ]
+        if early:
+            problems.append(
+                f"{at}/audit: started_at of pids {early}: expected after {earlier.where}'s "
+                f"teardown ended at {ended}"
+            )
+    shared = {(p.pid, p.started_at) for p in earlier.processes} & {
+        (p.pid, p.started_at) for p in later.processes
+    }
+    if shared:
+        pids = sorted(pid for pid, _ in shared)
+        problems.append(
+            f"{at}/audit: expected processes of its own, found pids {pids} of {earlier.where} "
+            "with the same start times"
+        )
+    if later.rows and _timings(later.rows) == _timings(earlier.rows):
+        problems.append(
+            f"{at}/rows.json: expected rows timed by a start of their own, found every "
+            f"arrival time equal to {earlier.where}'s"
+        )
+    return problems
+
+
+def _timings(rows: Sequence[OracleRow]) -> list[tuple[float, tuple[float, ...]]]:
+    return [(row.ttft_s, tuple(row.token_offsets_s)) for row in rows]

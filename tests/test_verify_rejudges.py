@@ -1,0 +1,424 @@
+"""A PASS means every sealed observation was judged again: hostile bundles, re-sealed with the
+public example key, whose sealed files contradict each other or say the run failed.
+
+Each case copies a committed bundle, edits what an attacker would (with repro's own functions
+where an attacker would use them: the lock's mappings derived again from the edited audit, so
+that only judging the audit again can refuse), seals it again with the example key and runs
+`repro verify --json` in this process. It must exit 1, and the named check must say what it
+found where. The untouched copy passes.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+from bundle_assets import EXAMPLE_PUB, REPO_ROOT, resealed
+from schemas import assert_valid
+
+from repro_serving.builder.canonical import canonical_json
+from repro_serving.builder.claims import environments_claim, roles_claim
+from repro_serving.builder.cli import main
+from repro_serving.builder.native.auditreport import AuditDocument
+from repro_serving.builder.sealing import statement
+
+TINY = REPO_ROOT / "repro" / "tiny-cpu"
+TWO_NODES = REPO_ROOT / "repro" / "tiny-cpu-2node"
+MANIFESTS = {TINY: "manifests/tiny-cpu.toml", TWO_NODES: "manifests/tiny-cpu-2node.toml"}
+Edit = Callable[[Path], None]
+
+
+def verify_json(path: Path, capsys: pytest.CaptureFixture[str]) -> tuple[int, dict[str, Any]]:
+    code = main(["verify", str(path), "--key", str(EXAMPLE_PUB), "--json"])
+    captured = capsys.readouterr()
+    assert "Traceback" not in captured.err
+    return code, assert_valid("verify", captured.out)
+
+
+def sealed_again(tmp_path: Path, source: Path, edit: Edit) -> Path:
+    """`source` copied, edited, sealed again as the repro that sealed it would (its version in
+    the statement): what an attacker's sealer writes."""
+    version = json.loads((source / "lock.json").read_text())["bundle"]["repro_version"]
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(statement, "repro_version", lambda: version)
+        return resealed(source, tmp_path, edit, MANIFESTS[source])
+
+
+def hostile(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], edit: Edit, source: Path = TINY
+) -> dict[str, Any]:
+    """`edit` applied to a copy of `source`, the lock's mappings derived again from its start-1
+    audit, sealed again: verify must refuse it."""
+
+    def attack(root: Path) -> None:
+        edit(root)
+        _derive_lock_again(root)
+
+    path = sealed_again(tmp_path, source, attack)
+    code, document = verify_json(path, capsys)
+    assert code == 1, [c for c in document["claims"] if not c["ok"]]
+    return document
+
+
+def failed(document: dict[str, Any], claim: str) -> str:
+    """The detail of the failed check whose name starts with `claim`."""
+    found = [c for c in document["claims"] if c["claim"].startswith(claim)]
+    assert found, f"no check named {claim!r}"
+    assert not all(c["ok"] for c in found), f"{claim!r} holds"
+    return " ".join(c["detail"] for c in found if not c["ok"])
+
+
+def _derive_lock_again(root: Path) -> None:
+    """What an attacker's sealer does: the lock's roles and environments from the audit."""
+    lock_path = root / "lock.json"
+    lock = json.loads(lock_path.read_text())
+    values = json.loads((root / "evidence" / "observations.json").read_text())["values"]
+    processes = [p for document in _audit(root, 1) for p in document.processes]
+    roles = roles_claim(processes, values)
+    lock["native"]["roles"] = {
+        role: [o.model_dump(mode="json") for o in objects] for role, objects in roles.items()
+    }
+    lock["native"]["environments"] = environments_claim(processes, values)
+    lock_path.write_bytes(canonical_json(lock))
+
+
+def _audit(root: Path, start: int, rank: str = "") -> list[AuditDocument]:
+    directory = root / "evidence" / f"start-{start}" / rank / "audit"
+    return [
+        AuditDocument.from_bytes(p.read_bytes(), where=str(p))
+        for p in sorted(directory.glob("*.json"))
+        if p.name != "drifts.json"
+    ]
+
+
+def _edit_role(role: str, change: Callable[[dict[str, Any]], None], start: int = 1) -> Edit:
+    def edit(root: Path) -> None:
+        path = root / "evidence" / f"start-{start}" / "audit" / f"{role}.json"
+        document = json.loads(path.read_text())
+        change(document)
+        path.write_text(json.dumps(document))
+
+    return edit
+
+
+def _worker(change: Callable[[dict[str, Any]], None]) -> Edit:
+    return _edit_role("worker", lambda document: change(document["processes"][0]))
+
+
+def _json(relative: str, change: Callable[[Any], Any]) -> Edit:
+    def edit(root: Path) -> None:
+        path = root / relative
+        document = json.loads(path.read_text())
+        path.write_text(json.dumps(change(document) or document))
+
+    return edit
+
+
+def test_the_untouched_copy_passes(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    path = sealed_again(tmp_path, TINY, _derive_lock_again)
+    code, document = verify_json(path, capsys)
+    assert code == 0, [c for c in document["claims"] if not c["ok"]]
+
+
+# --- the live audit, judged again ------------------------------------------------------------
+
+
+def _preloaded_from_tmp(process: dict[str, Any]) -> None:
+    process["objects"].append(
+        {
+            "file_id": "fe:0/999999",
+            "path": "/tmp/libevil.so",
+            "reason": "LD_PRELOAD: absolute path",
+            "requester": None,
+            "rule": "preload",
+            "sha256": "ab" * 32,
+        }
+    )
+
+
+def _count_files(document: dict[str, Any]) -> None:
+    document["files"] += 1
+
+
+def _preload(root: Path) -> None:
+    """A library from /tmp preloaded into the worker, the tree's file count kept right."""
+    _worker(_preloaded_from_tmp)(root)
+    for role in _roles(root):
+        _edit_role(role, _count_files)(root)
+
+
+def _not_passed(root: Path) -> None:
+    for role in _roles(root):
+        _edit_role(role, lambda d: d.__setitem__("passed", False))(root)
+
+
+AUDIT_LIES: dict[str, tuple[Edit, str]] = {
+    "a preloaded library from /tmp": (_preload, "/tmp/libevil.so"),
+    "LD_PRELOAD of /tmp in the worker's environment": (
+        _worker(lambda p: p["environ"].__setitem__("LD_PRELOAD", "/tmp/libevil.so")),
+        "LD_PRELOAD=/tmp/libevil.so",
+    ),
+    "LD_LIBRARY_PATH of /tmp in the api server's environment": (
+        _edit_role(
+            "api_server",
+            lambda d: d["processes"][0]["environ"].__setitem__("LD_LIBRARY_PATH", "/tmp/lib"),
+        ),
+        "LD_LIBRARY_PATH: expected directories under",
+    ),
+    "an unknown rule": (
+        _worker(lambda p: p["objects"][1].__setitem__("rule", "trusted")),
+        "rule: expected executable | startup",
+    ),
+    "a null sha256": (
+        _worker(lambda p: p["objects"][1].__setitem__("sha256", None)),
+        "sha256: expected 64 hex digits, found None",
+    ),
+    "a parent outside the tree": (
+        _worker(lambda p: p.__setitem__("ppid", 1)),
+        "have a parent outside the tree",
+    ),
+    "an executable that is not the venv's python": (
+        _worker(
+            lambda p: (
+                p.__setitem__("exe", "/tmp/python3.11"),
+                p["objects"][0].__setitem__("path", "/tmp/python3.11"),
+            )
+        ),
+        "exe: expected",
+    ),
+    "passed: false with no drift": (
+        _not_passed,
+        "passed: expected true exactly when no drift is listed",
+    ),
+    "a file id with two paths": (
+        _worker(lambda p: p["objects"][2].__setitem__("file_id", p["objects"][1]["file_id"])),
+        "file_id: expected one path and digest",
+    ),
+}
+
+
+def _roles(root: Path) -> list[str]:
+    audit = root / "evidence" / "start-1" / "audit"
+    return [p.stem for p in audit.glob("*.json") if p.stem != "drifts"]
+
+
+def _second_worker(root: Path) -> None:
+    def change(document: dict[str, Any]) -> None:
+        twin = json.loads(json.dumps(document["processes"][0]))
+        twin["pid"] += 100000
+        document["processes"].append(twin)
+
+    _edit_role("worker", change)(root)
+
+
+AUDIT_LIES["a second worker"] = (_second_worker, "role worker")
+
+
+def _no_worker(root: Path) -> None:
+    _edit_role("worker", lambda d: d.__setitem__("processes", []))(root)
+
+
+AUDIT_LIES["a role with no process"] = (_no_worker, "role worker")
+
+
+VARIANTS = ("/vllm/_C.abi3.so", "/vllm/_C_AVX512.abi3.so", "/vllm/_C_AVX2.abi3.so")
+
+
+def _other_variant(root: Path) -> None:
+    """The processes map another variant of vllm._C than the sealed host selects."""
+
+    def change(process: dict[str, Any]) -> None:
+        for obj in process["objects"]:
+            for mapped, other in zip(VARIANTS, (*VARIANTS[1:], VARIANTS[0]), strict=True):
+                if obj["path"].endswith(mapped):
+                    obj["path"] = obj["path"].removesuffix(mapped) + other
+                    break
+
+    for role in _roles(root):
+        _edit_role(role, lambda d: [change(p) for p in d["processes"]] and None)(root)
+
+
+AUDIT_LIES["another kernel variant mapped"] = (_other_variant, "vllm._C")
+
+
+@pytest.mark.parametrize("lie", sorted(AUDIT_LIES))
+def test_a_sealed_audit_is_judged_again(
+    lie: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    edit, named = AUDIT_LIES[lie]
+    document = hostile(tmp_path, capsys, edit)
+    assert named in failed(document, "live audit of start-1 judged again")
+    # the gate the run sealed as passed is recomputed as failed
+    assert "live_audit:start-1" in failed(document, "gates")
+
+
+def test_a_drift_removed_from_drifts_json_alone_is_refused(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    def edit(root: Path) -> None:
+        drift = {
+            "kind": "unexpected-mapping",
+            "subject": "/tmp/x.so",
+            "expected": "a library under the roots",
+            "observed": "/tmp/x.so",
+            "why": "mapped from outside the allowed roots",
+        }
+        (root / "evidence/start-2/audit/drifts.json").write_text(json.dumps([drift]))
+
+    document = hostile(tmp_path, capsys, edit)
+    assert "drifts.json" in failed(document, "live audit of start-2 judged again")
+
+
+def test_a_kernel_set_rewritten_to_allow_everything_is_refused(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    def edit(root: Path) -> None:
+        path = root / "kernels" / "cpu.toml"
+        path.write_text(path.read_text() + "\n# every mapping allowed\n")
+
+    document = hostile(tmp_path, capsys, edit)
+    assert "kernels/cpu.toml: expected the bytes of" in failed(document, "kernels/ = ")
+
+
+# --- fresh starts, teardown, server, logs -----------------------------------------------------
+
+
+def _copy_start(root: Path) -> None:
+    evidence = root / "evidence"
+    shutil.rmtree(evidence / "start-2")
+    shutil.copytree(evidence / "start-1", evidence / "start-2")
+
+
+def _copy_rows(root: Path) -> None:
+    evidence = root / "evidence"
+    shutil.copy(evidence / "start-1/rows.json", evidence / "start-2/rows.json")
+
+
+def _log(start: int, text: bytes, *, replace: bool = False) -> Edit:
+    def edit(root: Path) -> None:
+        path = root / "evidence" / f"start-{start}" / "server.log"
+        data = path.read_bytes()
+        path.write_bytes(text if replace else text + data)
+
+    return edit
+
+
+START_LIES: dict[str, tuple[Edit, str, str]] = {
+    "start 2 a byte copy of start 1": (_copy_start, "fresh starts", "start-2"),
+    "start 2's rows a copy of start 1's": (_copy_rows, "fresh starts", "every arrival time"),
+    "a teardown not proven": (
+        _json("evidence/start-1/teardown.json", lambda d: d.__setitem__("proven", False)),
+        "fresh starts",
+        "proven: expected true",
+    ),
+    "a pid killed that the tree never held": (
+        _json("evidence/start-1/teardown.json", lambda d: d.__setitem__("killed", [1])),
+        "fresh starts",
+        "killed: expected pids of the tree",
+    ),
+    "an audited pid the teardown never saw": (
+        _json("evidence/start-2/teardown.json", lambda d: d.__setitem__("pids", d["pids"][:1])),
+        "fresh starts",
+        "pids: expected every audited pid",
+    ),
+    "server.json naming another pid": (
+        _json("evidence/start-1/server.json", lambda d: d.__setitem__("pid", d["pid"] + 1)),
+        "fresh starts",
+        "server.json: pid: expected",
+    ),
+    "an empty server log": (
+        _log(1, b"", replace=True),
+        "gates",
+        "server_log:start-1",
+    ),
+    "a traceback while serving": (
+        _log(2, b"Traceback (most recent call last):\n  File 'x'\nRuntimeError: boom\n"),
+        "gates",
+        "server_log:start-2",
+    ),
+    "SIGILL while serving": (
+        _log(1, b"(EngineCore pid=1) worker died: SIGILL\n"),
+        "gates",
+        "server_log:start-1",
+    ),
+}
+
+
+@pytest.mark.parametrize("lie", sorted(START_LIES))
+def test_every_start_is_judged_whole_and_apart(
+    lie: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    edit, claim, named = START_LIES[lie]
+    document = hostile(tmp_path, capsys, edit)
+    assert named in failed(document, claim)
+
+
+def test_junk_bytes_in_a_teardown_record_are_refused(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    def edit(root: Path) -> None:
+        (root / "evidence/start-2/teardown.json").write_bytes(b"\x00\xffjunk")
+
+    document = hostile(tmp_path, capsys, edit)
+    assert "teardown.json" in failed(document, "evidence")
+
+
+def test_a_sealed_file_nothing_reads_is_refused(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    def edit(root: Path) -> None:
+        (root / "evidence" / "summary.json").write_text('{"status": "passed"}')
+
+    document = hostile(tmp_path, capsys, edit)
+    assert "evidence/summary.json" in failed(document, "content")
+
+
+# --- several nodes ------------------------------------------------------------------------------
+
+
+def _rank1(role: str, change: Callable[[dict[str, Any]], None]) -> Edit:
+    return _json(f"evidence/start-1/rank-1/audit/{role}.json", change)
+
+
+def _rank1_copy_of_rank0(root: Path) -> None:
+    start = root / "evidence" / "start-1"
+    shutil.rmtree(start / "rank-1" / "audit")
+    shutil.copytree(start / "audit", start / "rank-1" / "audit")
+
+
+NODE_LIES: dict[str, tuple[Edit, str, str]] = {
+    "rank 1's audit a copy of rank 0's": (
+        _rank1_copy_of_rank0,
+        "live audit of start-1 rank 1",
+        "role api_server",
+    ),
+    "a forbidden variable on rank 1": (
+        _rank1(
+            "worker",
+            lambda d: d["processes"][0]["environ"].__setitem__("LD_PRELOAD", "/tmp/libevil.so"),
+        ),
+        "live audit of start-1 rank 1",
+        "LD_PRELOAD=/tmp/libevil.so",
+    ),
+    "rank 1's teardown not proven": (
+        _json(
+            "evidence/start-1/rank-1/teardown.json",
+            lambda d: {"proven": False, "error": None},
+        ),
+        "fresh starts",
+        "rank-1/teardown.json: proven",
+    ),
+}
+
+
+@pytest.mark.parametrize("lie", sorted(NODE_LIES))
+def test_every_node_is_judged_again(
+    lie: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    edit, claim, named = NODE_LIES[lie]
+    document = hostile(tmp_path, capsys, edit, TWO_NODES)
+    assert named in failed(document, claim)
