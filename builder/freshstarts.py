@@ -47,6 +47,9 @@ class StartEvidence:
     server: ServerDocument | None = None
     """Rank 0's `server.json`; a rank above 0 has none."""
     rows: tuple[OracleRow, ...] = ()
+    served_by: tuple[float, ...] = ()
+    """`process_start_time_seconds` of each `/metrics` read of the start (before and after the
+    suite): the start time of the process that answered, as it states it."""
 
 
 def start_problems(starts: Sequence[StartEvidence], *, repro_pid: int | None) -> list[str]:
@@ -110,6 +113,7 @@ def _one_start(start: StartEvidence, repro_pid: int | None) -> list[str]:
             f"{at}/audit: started_at: expected each process's start time, found none for pids "
             f"{unstarted}"
         )
+    problems += _served_by(start)
     opened = server.started_at if server is not None else None
     for process in start.processes:
         when = process.started_at
@@ -126,6 +130,24 @@ def _one_start(start: StartEvidence, repro_pid: int | None) -> list[str]:
                 f"before teardown began at {began}"
             )
     return problems
+
+
+METRICS_PRECISION_S: Final = 0.02
+"""How far a start time written in the exposition format (12 significant digits) may round."""
+
+
+def _served_by(start: StartEvidence) -> list[str]:
+    """The process that answered `/metrics` is the root of this start's audit: metrics copied
+    from another start name another process."""
+    root = next((p for p in start.processes if p.pid == start.root_pid), None)
+    if root is None or root.started_at is None:
+        return []
+    return [
+        f"{start.where}/metrics-*.prom: process_start_time_seconds {stated}: expected "
+        f"{root.started_at}, the start time of pid {root.pid} ({root.role})"
+        for stated in start.served_by
+        if abs(stated - root.started_at) > METRICS_PRECISION_S
+    ]
 
 
 def _server_problems(

@@ -532,9 +532,23 @@ def _start_evidence(sealed: OpenedBundle) -> list[StartEvidence]:
                 log=_log(sealed, start, rank),
                 server=server,
                 rows=_rows(sealed, start) if rank == 0 else (),
+                served_by=_served_by(sealed, start) if rank == 0 else (),
             )
         )
     return found
+
+
+def _served_by(sealed: OpenedBundle, start: int) -> tuple[float, ...]:
+    """The start time each of the start's `/metrics` reads states of the process serving it."""
+    stated = []
+    for name in (METRICS_BEFORE, METRICS_AFTER):
+        path = sealed.evidence(f"start-{start}/{name}")
+        text = _text(path)
+        if text is None:
+            continue
+        values = metrics.samples(text, str(path)).get("process_start_time_seconds", {})
+        stated += list(values.values())
+    return tuple(stated)
 
 
 def _log(sealed: OpenedBundle, start: int, rank: int) -> bytes:

@@ -330,6 +330,17 @@ START_LIES: dict[str, tuple[Edit, str, str]] = {
         "fresh starts",
         "server.json: pid: expected",
     ),
+    "start 2's metrics a copy of start 1's": (
+        lambda root: (
+            [
+                shutil.copy(root / f"evidence/start-1/{name}", root / f"evidence/start-2/{name}")
+                for name in ("metrics-before.prom", "metrics-after.prom")
+            ]
+            and None
+        ),
+        "fresh starts",
+        "process_start_time_seconds",
+    ),
     "an empty server log": (
         _log(1, b"", replace=True),
         "gates",
