@@ -43,6 +43,7 @@ from repro_serving.builder.observations import (
     Observations,
     ObservationsDocument,
 )
+from repro_serving.builder.observations import drifts as observation_drifts
 from repro_serving.builder.observe.dispatch import DISPATCH_FILE, Probes
 from repro_serving.builder.readers import LOCK_LIMIT, MANIFEST_LIMIT
 from repro_serving.builder.sealing import bundle
@@ -512,11 +513,7 @@ def _start_evidence(sealed: OpenedBundle) -> list[StartEvidence]:
     for start, rank in _starts_and_ranks(sealed):
         directory = rank_dir(sealed.evidence(f"start-{start}"), rank)
         audit = sealed.audit(start, rank)
-        server = None
-        if rank == 0:
-            server = read_document(
-                ServerDocument, directory / SERVER_FILE, what="the server's record"
-            )
+        server = _server(sealed, start) if rank == 0 else None
         teardown = read_document(
             TeardownDocument, directory / TEARDOWN_FILE, what="the teardown's record"
         )
@@ -549,6 +546,11 @@ def _served_by(sealed: OpenedBundle, start: int) -> tuple[float, ...]:
         values = metrics.samples(text, str(path)).get("process_start_time_seconds", {})
         stated += list(values.values())
     return tuple(stated)
+
+
+def _server(sealed: OpenedBundle, start: int) -> ServerDocument:
+    path = sealed.evidence(f"start-{start}/{SERVER_FILE}")
+    return read_document(ServerDocument, path, what="the server's record")
 
 
 def _log(sealed: OpenedBundle, start: int, rank: int) -> bytes:
@@ -748,11 +750,54 @@ def _text(path: Path) -> str | None:
     return read_sealed(path, what="sealed evidence").decode(errors="replace")
 
 
+def _observations_check(sealed: OpenedBundle) -> ClaimCheck:
+    """The observations the build (or a replay's preflight) recorded, judged again against the
+    sealed manifest by the function that refused any disagreement then
+    (`builder.observations.drifts`): a sealed observation that breaks the manifest (a model
+    file of other bytes, a package of another version, a RECORD mismatch, a host fact) is a
+    run that should never have been sealed."""
+    document = sealed.observations
+    observed = Observations(
+        values=document.values,
+        host=document.host,
+        models=document.models,
+        sources=document.sources,
+        python=document.python,
+        unobservable=(),
+    )
+    found = observation_drifts(sealed.manifest, observed)
+    if document.python is None:
+        found.insert(0, _sealed_drift(OBSERVATIONS_FILE, "python", "the venv observed", "null"))
+    return ClaimCheck(
+        f"{OBSERVATIONS_FILE} judged again against the manifest",
+        EvidenceClass.SEALED,
+        f"{len(document.models)} models, {len(document.sources)} sources, "
+        f"{len(document.python.distributions) if document.python else 0} distributions",
+        not found,
+        _shown(
+            [
+                f"{d.kind.value} {d.subject}: expected {d.expected}, found {d.observed}"
+                for d in found
+            ]
+        ),
+    )
+
+
+def _sealed_drift(file: str, field: str, expected: str, found: str) -> Drift:
+    return Drift(
+        kind=DriftKind.CLAIM,
+        subject=f"{file}: {field}",
+        expected=expected,
+        observed=found,
+        why="the sealed evidence contradicts itself",
+    )
+
+
 def _observed_checks(sealed: OpenedBundle) -> list[ClaimCheck]:
     """The live claims against the observations the build recorded."""
     observed = sealed.observations
     lock = sealed.lock
-    checks = []
+    checks = [_observations_check(sealed)]
     for claim, facts in zip(lock.models, observed.models, strict=True):
         files = {f.name: f.sha256 for f in facts.files}
         checks.append(
@@ -859,6 +904,19 @@ def _anchored_checks(sealed: OpenedBundle) -> list[ClaimCheck]:
             manifest.native.kernel_sets,
         ),
         ("lock.oracle.suite = oracle/suite.json", lock.oracle.suite, sealed.suite.name),
+        (
+            "run.json bundle, suite, fresh_starts = the lock's and the manifest's",
+            (run.bundle, run.suite, run.fresh_starts),
+            (lock.bundle.name, sealed.suite.name, manifest.oracle.gates.fresh_starts),
+        ),
+        (
+            "run.json port = each start's server.json port",
+            [run.port] * manifest.oracle.gates.fresh_starts,
+            [
+                _server(sealed, start).port
+                for start in range(1, manifest.oracle.gates.fresh_starts + 1)
+            ],
+        ),
         (
             "run.json argv = the lock's, expanded on the observed host",
             run.argv,

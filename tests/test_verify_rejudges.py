@@ -433,3 +433,92 @@ def test_every_node_is_judged_again(
     edit, claim, named = NODE_LIES[lie]
     document = hostile(tmp_path, capsys, edit, TWO_NODES)
     assert named in failed(document, claim)
+
+
+# --- the observations and the run record --------------------------------------------------------
+
+
+def _model_file_of_other_bytes(root: Path) -> None:
+    """The observed model file hashes otherwise; the lock's pin taken from the observations."""
+    other = "f" * 64
+    _json("evidence/observations.json", lambda d: d["models"][0]["files"][0].update(sha256=other))(
+        root
+    )
+    name = json.loads((root / "evidence/observations.json").read_text())["models"][0]["files"][0]
+    _json("lock.json", lambda d: d["models"][0]["files"].__setitem__(name["name"], other))(root)
+
+
+def _record_mismatch(root: Path) -> None:
+    """A RECORD mismatch observed; the lock's list of checked distributions taken from it."""
+    mismatch = {"path": "{site}/torch/__init__.py", "recorded": "sha256=x", "observed": "sha256=y"}
+
+    def observe(document: dict[str, Any]) -> None:
+        record = next(r for r in document["python"]["records"] if r["distribution"] == "torch")
+        record["mismatches"] = [mismatch]
+
+    _json("evidence/observations.json", observe)(root)
+    _json(
+        "lock.json",
+        lambda d: d["python"].__setitem__(
+            "record_checked", [n for n in d["python"]["record_checked"] if n != "torch"]
+        ),
+    )(root)
+
+
+def _record_dropped(root: Path) -> None:
+    """The RECORD check of one distribution left out; the lock's list taken from it."""
+    _json(
+        "evidence/observations.json",
+        lambda d: d["python"].__setitem__(
+            "records", [r for r in d["python"]["records"] if r["distribution"] != "torch"]
+        ),
+    )(root)
+    _json(
+        "lock.json",
+        lambda d: d["python"].__setitem__(
+            "record_checked", [n for n in d["python"]["record_checked"] if n != "torch"]
+        ),
+    )(root)
+
+
+OBSERVATION_LIES: dict[str, tuple[Edit, str, str]] = {
+    "a model file of other bytes than the manifest pins": (
+        _model_file_of_other_bytes,
+        "observations.json judged again",
+        "model-file",
+    ),
+    "a RECORD mismatch observed": (
+        _record_mismatch,
+        "observations.json judged again",
+        "torch/__init__.py",
+    ),
+    "a distribution whose RECORD was never checked": (
+        _record_dropped,
+        "observations.json judged again",
+        "no check of its files recorded",
+    ),
+    "run.json of another suite": (
+        _json("evidence/run.json", lambda d: d.__setitem__("suite", "other-v1")),
+        "lock = the sealed manifest",
+        "run.json bundle, suite, fresh_starts",
+    ),
+    "run.json on another port than the server": (
+        _json("evidence/run.json", lambda d: d.__setitem__("port", d["port"] + 1)),
+        "lock = the sealed manifest",
+        "run.json",
+    ),
+    "run.json naming another repro than the server's parent": (
+        _json("evidence/run.json", lambda d: d.__setitem__("repro_pid", d["repro_pid"] + 1)),
+        "fresh starts",
+        "run.json repro_pid",
+    ),
+}
+
+
+@pytest.mark.parametrize("lie", sorted(OBSERVATION_LIES))
+def test_the_observations_and_the_run_record_are_judged_again(
+    lie: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    edit, claim, named = OBSERVATION_LIES[lie]
+    document = hostile(tmp_path, capsys, edit)
+    assert named in failed(document, claim)

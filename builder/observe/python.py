@@ -544,9 +544,25 @@ def record_drifts(expected: Python, observed: PythonFacts) -> list[Drift]:
             )
         ]
     drifts = [_no_record(d) for d in observed.distributions if d.record_sha256 is None]
+    checked = {c.distribution for c in observed.records}
+    drifts += [
+        _unchecked(d)
+        for d in observed.distributions
+        if d.record_sha256 is not None and normalize(d.name) not in checked
+    ]
     drifts += [_mismatch(c.distribution, m) for c in observed.records for m in c.mismatches]
     drifts += [_unowned(path) for path in observed.unowned]
     return drifts
+
+
+def _unchecked(distribution: Distribution) -> Drift:
+    return Drift(
+        kind=DriftKind.INSTALLED_FILE,
+        subject=f"{distribution.dist_info}/RECORD",
+        expected="every file of its RECORD checked",
+        observed="no check of its files recorded",
+        why=f"nothing says the files of {distribution.name} are the ones its RECORD hashes",
+    )
 
 
 def _no_record(distribution: Distribution) -> Drift:
