@@ -11,7 +11,9 @@ the manifest and the lock, starting nothing.
 
 from __future__ import annotations
 
+import functools
 import itertools
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
@@ -287,36 +289,84 @@ class SealedAudit:
 # --- claims recomputed from the sealed evidence ------------------------------------------------
 
 
+@dataclass(frozen=True)
+class _Recomputing:
+    """What every stage of the pipeline is given."""
+
+    sealed: OpenedBundle
+    rows: tuple[OracleRow, ...]
+    """The rows of start 1."""
+    taught: bool
+    """The teacher was captured from these rows (a bundle, not a sealed run)."""
+    handoff: bool
+    """A bundle as sealed, with its launcher, tools and README."""
+
+
+def _nodes_stage(r: _Recomputing) -> list[ClaimCheck]:
+    if r.sealed.manifest.clustered or r.sealed.lock.nodes:
+        return [_nodes_check(r.sealed)]
+    return [_not_applicable("nodes (every node answered, each audited)", "one host: no [[node]]")]
+
+
+LIVE_RUN_STAGES: tuple[tuple[str, Callable[[_Recomputing], list[ClaimCheck]]], ...] = (
+    ("content", lambda r: [_content_check(r.sealed, r.handoff)]),
+    ("oracle", lambda r: _oracle_checks(r.sealed, r.rows, taught_here=r.taught)),
+    ("fresh starts", lambda r: _fresh_start_checks(r.sealed, r.rows)),
+    ("live audits", lambda r: _audit_checks(r.sealed)),
+    ("native.roles", lambda r: [_native_check(r.sealed)]),
+    ("native.dispatch", lambda r: [_dispatch_check(r.sealed)]),
+    ("nodes", _nodes_stage),
+    ("gates", lambda r: [_gates_check(r.sealed)]),
+    ("quality", lambda r: [_quality_check(r.sealed, r.rows)]),
+    ("observations", lambda r: _observed_checks(r.sealed)),
+    ("lock anchors", lambda r: _anchored_checks(r.sealed)),
+)
+"""The fixed pipeline of a live run's claims, in order: each stage a pure function of the
+sealed files; a stage whose evidence cannot be read fails alone, naming it, and every later
+stage still runs."""
+
+
 def recompute(
     sealed: OpenedBundle, *, handoff: bool = True, sealed_run: bool = False
 ) -> tuple[ClaimCheck, ...]:
-    """Every claim of the lock recomputed from the sealed evidence; with `handoff` (a bundle
-    sealed, not one being staged nor a sealed run), also its launcher, tools and README
+    """Every claim of the lock recomputed from the sealed evidence, stage by stage
+    (`LIVE_RUN_STAGES`, or `builder.imported` for a record's); with `handoff` (a bundle sealed,
+    not one being staged nor a sealed run), also its launcher, tools and README
     (`builder.handoff`). `sealed_run`: a run sealed by `repro launch`, whose teacher is the
     bundle's."""
     checks: list[ClaimCheck] = [_manifest_check(sealed)]
-    try:
-        if sealed.lock.record is not None:
-            checks.extend(imported.recompute(sealed.path, sealed.manifest, sealed.lock, handoff))
-            return (*checks, *_handoff_checks(sealed, checks, handoff))
-        checks.append(_content_check(sealed, handoff))
-        rows = _rows(sealed, 1)
-        checks.extend(_oracle_checks(sealed, rows, taught_here=not sealed_run))
-        checks.extend(_fresh_start_checks(sealed, rows))
-        checks.extend(_audit_checks(sealed))
-        checks.append(_native_check(sealed))
-        checks.append(_dispatch_check(sealed))
-        if sealed.manifest.clustered or sealed.lock.nodes:
-            checks.append(_nodes_check(sealed))
-        checks.append(_gates_check(sealed))
-        checks.append(_quality_check(sealed, rows))
-        checks.extend(_observed_checks(sealed))
-        checks.extend(_anchored_checks(sealed))
-        checks.extend(_handoff_checks(sealed, checks, handoff))
-    except (ReproError, OSError, ValueError, KeyError) as error:
-        detail = error.diagnostics() if isinstance(error, ReproError) else repr(error)
-        checks.append(ClaimCheck("evidence", EvidenceClass.SEALED, "unreadable", False, detail))
+    if sealed.lock.record is not None:
+        checks += _guarded(
+            "evidence",
+            lambda: imported.recompute(sealed.path, sealed.manifest, sealed.lock, handoff),
+        )
+    else:
+        read = _guarded("evidence/start-1/rows.json", lambda: [_rows_read(sealed)])
+        rows = _rows(sealed, 1) if read[0].ok else ()
+        checks += [] if read[0].ok else read
+        context = _Recomputing(sealed, rows, taught=not sealed_run, handoff=handoff)
+        for name, stage in LIVE_RUN_STAGES:
+            checks += _guarded(name, functools.partial(stage, context))
+    checks += _guarded("handoff", lambda: _handoff_checks(sealed, checks, handoff))
     return tuple(checks)
+
+
+def _rows_read(sealed: OpenedBundle) -> ClaimCheck:
+    rows = _rows(sealed, 1)
+    return ClaimCheck("evidence/start-1/rows.json", EvidenceClass.SEALED, f"{len(rows)} rows", True)
+
+
+def _guarded(name: str, stage: Callable[[], list[ClaimCheck]]) -> list[ClaimCheck]:
+    """`stage`'s checks; when its evidence cannot be read, one failed check naming why."""
+    try:
+        return stage()
+    except (ReproError, OSError, ValueError, KeyError, StopIteration) as error:
+        detail = error.diagnostics() if isinstance(error, ReproError) else repr(error)
+        return [ClaimCheck(f"{name}: evidence", EvidenceClass.SEALED, "unreadable", False, detail)]
+
+
+def _not_applicable(claim: str, why: str) -> ClaimCheck:
+    return ClaimCheck(claim, EvidenceClass.SEALED, f"not applicable: {why}", True)
 
 
 def _handoff_checks(

@@ -375,7 +375,7 @@ def test_junk_bytes_in_a_teardown_record_are_refused(
         (root / "evidence/start-2/teardown.json").write_bytes(b"\x00\xffjunk")
 
     document = hostile(tmp_path, capsys, edit)
-    assert "teardown.json" in failed(document, "evidence")
+    assert "teardown.json" in failed(document, "fresh starts")
 
 
 def test_a_sealed_file_nothing_reads_is_refused(
