@@ -274,6 +274,10 @@ def node_claims(
             found = "no answer" if node is None else f"an answer from {node.address}"
             problems.append(f"{where}: {found}")
             continue
+        problems += [
+            f"{where}: {name}={value} in its environment: a variable of native.forbidden_env"
+            for name, value in sorted(node.forbidden.items())
+        ]
         processes = audits.get(declared.rank, ())
         roles = roles_claim(processes, values)
         env = manifest.node_env(declared.rank, profile)
@@ -300,6 +304,12 @@ def node_claims(
                 dispatch=dispatch.claims,
             )
         )
+    ids = [node.node_id for node in facts.nodes]
+    problems += [
+        f"node {node_id}: answered for ranks "
+        f"{sorted(n.rank for n in facts.nodes if n.node_id == node_id)}: one Ray node each"
+        for node_id in sorted({i for i in ids if ids.count(i) > 1})
+    ]
     extra = sorted(set(observed) - {n.rank for n in manifest.declared_nodes})
     problems += [f"node rank {rank}: an answer from a rank no [[node]] declares" for rank in extra]
     return tuple(claims), tuple(problems)

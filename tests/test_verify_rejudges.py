@@ -401,7 +401,29 @@ def _rank1_copy_of_rank0(root: Path) -> None:
     shutil.copytree(start / "audit", start / "rank-1" / "audit")
 
 
+def _rank1_facts_of_rank0(document: dict[str, Any]) -> None:
+    """Rank 1's node facts a copy of rank 0's, its rank and address kept."""
+    rank0 = next(n for n in document["nodes"] if n["rank"] == 0)
+    rank1 = next(n for n in document["nodes"] if n["rank"] == 1)
+    rank1.update({k: v for k, v in rank0.items() if k not in ("rank", "address")})
+
+
 NODE_LIES: dict[str, tuple[Edit, str, str]] = {
+    "rank 1's node facts a copy of rank 0's": (
+        _json("evidence/nodes.json", _rank1_facts_of_rank0),
+        "nodes",
+        "one Ray node each",
+    ),
+    "a forbidden variable in rank 1's node environment": (
+        _json(
+            "evidence/nodes.json",
+            lambda d: next(n for n in d["nodes"] if n["rank"] == 1)["forbidden"].update(
+                LD_PRELOAD="/tmp/libevil.so"
+            ),
+        ),
+        "nodes",
+        "LD_PRELOAD=/tmp/libevil.so",
+    ),
     "rank 1's audit a copy of rank 0's": (
         _rank1_copy_of_rank0,
         "live audit of start-1 rank 1",
