@@ -1,0 +1,818 @@
+"""Contradictions inside one start's sealed evidence: its rows against themselves and the suite,
+and vLLM's `/metrics` read before and after the suite against the rows.
+
+A holder of the signing key can re-seal any bytes; what it cannot do is make a fabricated record
+agree with itself everywhere a real one does. This module owns those agreements, as pure
+functions over the sealed texts, each returning every problem it finds: a sentence naming the
+file, the row (its place and prompt) or sample, the field, what was expected and what was found.
+
+Rows (`rows_problems`): every prompt of the suite answered exactly once, in suite order, its
+`prompt_index` its place; `completion_tokens` the number of its token ids; no more tokens than
+the request allowed (the suite's max_tokens, less where `--max-model-len` leaves less room:
+vLLM asks `min(max_tokens, max_model_len - prompt_tokens)`); `finish_reason` `length` only at
+that limit (vLLM 0.32 checks EOS before the limit, so `stop` may end at it too); ids and counts
+never negative, ids below the vocabulary where the caller knows it; `cached_tokens` reported
+where the manifest gates it, and below `prompt_tokens` (vLLM always recomputes a prompt's last
+token); a first token read in the answer's read 0 has no earlier read (`first_token_after_s`
+0.0). `starts_problems`: a prompt has the same `prompt_tokens` in every fresh start.
+
+Metrics (`metrics_problems`): both reads of one process (`process_start_time_seconds`, every
+counter's `_created`), the same label sets, no counter or histogram sample going backwards, and
+not all unchanged while the suite was answered. Then what vLLM 0.32 counts per request, measured
+equal on the committed bundles, an ngram run and a prefix-cache-hit run of the tiny model:
+`request_success` one per row (per `finished_reason` where the rows state it),
+`prompt_tokens` / `generation_tokens` and the per-request histograms' counts and sums the rows'
+sums, `request_params_max_tokens` each row's limit, the prompt tokens by source and cached, the
+prefix cache's queries (the rows' prompt tokens when `vllm:cache_config_info` says prefix caching
+is on, none when off) and hits (their cached tokens), one inter-token latency per decode step
+(exactly completion - 1 per row without speculation), and for speculative decoding with k draft
+tokens: k positions, drafts <= draft tokens <= drafts x k, accepted <= draft tokens, each
+position at most the drafts, positions never rising, summing to the accepted tokens. Draft
+tokens equal to drafts x k is not an invariant: vLLM's ngram proposer drafts fewer tokens when
+its match lies near the end of the context (measured: 29 drafts of k = 3, 86 draft tokens). A
+quantity neither read exports is listed as not applicable, never invented.
+
+What these checks cannot see: a record fabricated consistently in every file (the texts, the
+counts, the counters and the histograms made to agree); whether the token ids are what the model
+computes (the teacher and a replay tell); prompt texts (only their token counts are sealed),
+so neither a prompt's token count nor which earlier prompt a cache hit came from; the vocabulary,
+which the sealed evidence does not state; whether a `stop` row ended on an end-of-sequence or
+stop token; how vLLM grouped tokens into stream events (its output collector merges a late
+client's outputs, speculative or not); counters of an engine that does not export them.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import string
+from collections import Counter, defaultdict
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from itertools import pairwise
+from typing import Final, Literal
+
+from prometheus_client.parser import text_string_to_metric_families
+
+from repro_serving.builder.errors import BadInput
+from repro_serving.builder.manifest import Suite
+from repro_serving.builder.observe.vllmargv import flag_name, flag_value
+from repro_serving.launch.evidence import OracleRow
+from repro_serving.launch.metrics import LabelSet, Samples, samples
+from repro_serving.launch.oracle import ENDPOINTS
+
+FINISH_REASONS: Final = ("stop", "length")
+"""How a complete answer ends (vLLM's `abort`, `error` and `repetition` are not answers, and
+the oracle asks with no tools)."""
+SPECULATIVE_CONFIG: Final = ("--speculative-config", "-sc")
+MAX_MODEL_LEN: Final = "--max-model-len"
+SPEC_COUNTERS: Final = (
+    "vllm:spec_decode_num_drafts_total",
+    "vllm:spec_decode_num_draft_tokens_total",
+    "vllm:spec_decode_num_accepted_tokens_total",
+)
+PER_POSITION: Final = "vllm:spec_decode_num_accepted_tokens_per_pos_total"
+HTTP_REQUESTS: Final = "http_requests_total"
+"""The API server's HTTP instrumentation: requests by handler, method and status class."""
+PER_REQUEST_HISTOGRAMS: Final = (
+    "vllm:e2e_request_latency_seconds",
+    "vllm:time_to_first_token_seconds",
+    "vllm:request_queue_time_seconds",
+    "vllm:request_prefill_time_seconds",
+    "vllm:request_decode_time_seconds",
+    "vllm:request_inference_time_seconds",
+    "vllm:request_time_per_output_token_seconds",
+    "vllm:request_num_preemptions",
+)
+"""Histograms vLLM 0.32 observes once per finished request, whose sums the rows cannot give."""
+_HUMAN_INT: Final = re.compile(r"(\d+(?:\.\d+)?)([kKmMgGtT])")
+_MULTIPLIERS: Final = {"k": 10**3, "m": 10**6, "g": 10**9, "t": 10**12} | {
+    "K": 2**10,
+    "M": 2**20,
+    "G": 2**30,
+    "T": 2**40,
+}
+
+
+@dataclass(frozen=True)
+class Limits:
+    """What bounds a row, from the suite and the locked argv of the run."""
+
+    api: Literal["chat", "completion"]
+    """The suite's API: which endpoint its requests were posted to."""
+    max_tokens: int
+    """The suite's max_tokens."""
+    max_model_len: int | None
+    """`--max-model-len`; None when the argv leaves it to the model (unknown to the evidence)."""
+    speculative: bool
+    """The argv asks for speculative decoding (`--speculative-config`)."""
+    speculative_k: int | None = None
+    """Its `num_speculative_tokens`; None when not speculative or not stated."""
+
+    @classmethod
+    def of(cls, suite: Suite, argv: Sequence[str]) -> Limits:
+        """The limits of a run of `suite` started with `argv`: the lock's (placeholders
+        unexpanded, literal braces doubled) or the expanded one a run recorded. Raises
+        `BadInput` naming the argument when `--max-model-len` or `--speculative-config` is not
+        what vLLM would start with."""
+        length = _last_value(argv, (MAX_MODEL_LEN,))
+        config = _last_value(argv, SPECULATIVE_CONFIG)
+        return cls(
+            api=suite.api,
+            max_tokens=suite.max_tokens,
+            max_model_len=None if length is None else _max_model_len(length),
+            speculative=config is not None,
+            speculative_k=None if config is None else _speculative_k(config),
+        )
+
+    def limit(self, row: OracleRow) -> tuple[int, str]:
+        """The most tokens vLLM generates for `row` (its serving layer asks for
+        `min(max_tokens, max_model_len - prompt_tokens)`), and why."""
+        length = self.max_model_len
+        if length is not None and length - row.prompt_tokens < self.max_tokens:
+            return max(length - row.prompt_tokens, 0), (
+                f"max_model_len {length} less {row.prompt_tokens} prompt tokens"
+            )
+        return self.max_tokens, "the suite's max_tokens"
+
+
+@dataclass(frozen=True)
+class Findings:
+    """What a check found: contradictions, and what the evidence does not let it check."""
+
+    problems: tuple[str, ...] = ()
+    not_applicable: tuple[str, ...] = ()
+
+
+def _last_value(argv: Sequence[str], flags: Sequence[str]) -> str | None:
+    """The value of the last of `flags` in `argv` (argparse keeps the last)."""
+    found = None
+    for index, argument in enumerate(argv):
+        if flag_name(argument) in flags:
+            given = flag_value(argv, index)
+            found = None if given is None else given[1]
+    return found
+
+
+def _max_model_len(value: str) -> int | None:
+    """As vLLM 0.32 reads it (`human_readable_int_or_auto`); None for `auto` or -1."""
+    text = value.strip()
+    if text.lower() == "auto" or text == "-1":
+        return None
+    match = _HUMAN_INT.fullmatch(text)
+    if match is not None:
+        return int(float(match[1]) * _MULTIPLIERS[match[2]])
+    if text.isdecimal():
+        return int(text)
+    raise BadInput(
+        "the argv's --max-model-len is not a number vLLM reads",
+        where=MAX_MODEL_LEN,
+        expected="an integer, 1k / 1K style, auto or -1",
+        found=repr(value),
+    )
+
+
+def _speculative_k(value: str) -> int | None:
+    config = _json_object(value)
+    if config is None:
+        raise BadInput(
+            "the argv's --speculative-config is not a JSON object",
+            where=SPECULATIVE_CONFIG[0],
+            expected="a JSON object (in the lock, literal braces doubled)",
+            found=repr(value[:200]),
+        )
+    k = config.get("num_speculative_tokens")
+    if k is None:
+        return None  # vLLM takes it from the draft model's config, which the evidence lacks
+    if not isinstance(k, int) or isinstance(k, bool) or k < 1:
+        raise BadInput(
+            "the argv's speculative num_speculative_tokens is not a positive integer",
+            where=SPECULATIVE_CONFIG[0],
+            expected="num_speculative_tokens >= 1",
+            found=repr(k),
+        )
+    return k
+
+
+def _json_object(value: str) -> dict[str, object] | None:
+    """The JSON object `value` holds, expanded (valid JSON) or a manifest template (`{{`
+    literal braces, `{placeholder}`s, which become empty strings)."""
+    for text in (value, _untemplated(value)):
+        try:
+            document = json.loads(text) if text is not None else None
+        except json.JSONDecodeError:
+            continue
+        if isinstance(document, dict):
+            return document
+    return None
+
+
+def _untemplated(template: str) -> str | None:
+    try:
+        parts = list(string.Formatter().parse(template))
+    except ValueError:
+        return None
+    return "".join(literal for literal, _name, _spec, _conversion in parts)
+
+
+# --- rows -------------------------------------------------------------------------------------
+
+
+def rows_problems(
+    suite: Suite,
+    rows: Sequence[OracleRow],
+    *,
+    where: str,
+    limits: Limits,
+    cached_tokens_gated: bool,
+    vocab_size: int | None = None,
+) -> Findings:
+    """Every contradiction of one start's `rows` (the file `where`) with themselves and with
+    `suite`. `cached_tokens_gated`: the manifest gates `cached_tokens_zero`, so every row must
+    report it. `vocab_size`: the model's, where the caller knows it."""
+    problems = _identity_problems(suite, rows, where)
+    for place, row in enumerate(rows):
+        at = f"{where}: row {place} ({row.prompt_id})"
+        problems += _count_problems(row, at, limits)
+        problems += _id_problems(row, at, vocab_size)
+        problems += _cached_problems(row, at, cached_tokens_gated)
+        problems += _read_problems(row, at)
+    not_applicable = (
+        ()
+        if vocab_size is not None
+        else ("token ids against the vocabulary: the evidence does not state its size",)
+    )
+    return Findings(tuple(problems), not_applicable)
+
+
+def _identity_problems(suite: Suite, rows: Sequence[OracleRow], where: str) -> list[str]:
+    """Each prompt of the suite answered once, in order, and each row's prompt_index its
+    prompt's place."""
+    places = {prompt.id: index for index, prompt in enumerate(suite.prompts)}
+    problems = []
+    if len(rows) != len(suite.prompts):
+        problems.append(
+            f"{where}: expected one row for each of the {len(suite.prompts)} prompts of suite "
+            f"{suite.name}, found {len(rows)} rows"
+        )
+    answered: dict[str, list[int]] = defaultdict(list)
+    for place, row in enumerate(rows):
+        answered[row.prompt_id].append(place)
+        if row.prompt_id not in places:
+            problems.append(
+                f"{where}: row {place} prompt_id: expected a prompt of suite {suite.name}, found "
+                f"{row.prompt_id!r}"
+            )
+        problems += _index_problem(row, place, places.get(row.prompt_id, place), len(places), where)
+    for prompt_id, found in answered.items():
+        if len(found) > 1:
+            shown = ", ".join(map(str, found))
+            problems.append(f"{where}: prompt {prompt_id!r}: expected one row, found rows {shown}")
+    problems += [
+        f"{where}: prompt {index} ({prompt.id}) of suite {suite.name}: expected a row, found none"
+        for index, prompt in enumerate(suite.prompts)
+        if prompt.id not in answered
+    ]
+    if problems:
+        return problems
+    return [
+        f"{where}: row {place} prompt_id: expected {suite.prompts[place].id!r} (suite prompt "
+        f"{place}), found {row.prompt_id!r} (suite prompt {places[row.prompt_id]}): rows answer "
+        f"the suite in order"
+        for place, row in enumerate(rows)
+        if places[row.prompt_id] != place
+    ]
+
+
+def _index_problem(row: OracleRow, place: int, expected: int, count: int, where: str) -> list[str]:
+    if row.prompt_index == expected:
+        return []
+    outside = "" if 0 <= row.prompt_index < count else f", outside the suite's 0..{count - 1}"
+    return [
+        f"{where}: row {place} ({row.prompt_id}) prompt_index: expected {expected} (its "
+        f"prompt's place in the suite), found {row.prompt_index}{outside}"
+    ]
+
+
+def _count_problems(row: OracleRow, at: str, limits: Limits) -> list[str]:
+    tokens = len(row.token_ids)
+    problems = []
+    if row.completion_tokens != tokens:
+        problems.append(
+            f"{at} completion_tokens: expected {tokens} (its token_ids), found "
+            f"{row.completion_tokens}"
+        )
+    if row.prompt_tokens < 1:
+        problems.append(f"{at} prompt_tokens: expected at least 1, found {row.prompt_tokens}")
+    length = limits.max_model_len
+    if length is not None and row.prompt_tokens >= length:
+        problems.append(
+            f"{at} prompt_tokens: expected fewer than max_model_len {length} (vLLM refuses a "
+            f"longer prompt), found {row.prompt_tokens}"
+        )
+    limit, why = limits.limit(row)
+    if tokens > limit:
+        problems.append(f"{at} token_ids: expected at most {limit} ({why}), found {tokens}")
+    reason = row.finish_reason
+    if reason == "length" and tokens < limit:
+        problems.append(
+            f"{at} finish_reason 'length': expected {limit} tokens ({why}), found {tokens}"
+        )
+    elif reason is None and row.token_reads is not None:
+        problems.append(
+            f"{at} finish_reason: expected 'stop' or 'length' (vLLM ends every stream with "
+            f"one, and the oracle keeps it), found none"
+        )
+    elif reason is not None and reason not in FINISH_REASONS:
+        problems.append(
+            f"{at} finish_reason: expected 'stop' or 'length' (a complete answer), found {reason!r}"
+        )
+    return problems
+
+
+def _id_problems(row: OracleRow, at: str, vocab_size: int | None) -> list[str]:
+    for token, value in enumerate(row.token_ids):
+        if value < 0:
+            return [f"{at} token_ids: expected ids of at least 0, found {value} at token {token}"]
+        if vocab_size is not None and value >= vocab_size:
+            return [
+                f"{at} token_ids: expected ids below the vocabulary size {vocab_size}, found "
+                f"{value} at token {token}"
+            ]
+    return []
+
+
+def _cached_problems(row: OracleRow, at: str, gated: bool) -> list[str]:
+    cached = row.cached_tokens
+    if cached is None:
+        if not gated:
+            return []
+        return [
+            f"{at} cached_tokens: expected a count (the manifest gates cached_tokens_zero), "
+            f"found none"
+        ]
+    if 0 <= cached < max(row.prompt_tokens, 1):
+        return []
+    return [
+        f"{at} cached_tokens: expected 0..{row.prompt_tokens - 1} (vLLM recomputes a prompt's "
+        f"last token), found {cached}"
+    ]
+
+
+def _read_problems(row: OracleRow, at: str) -> list[str]:
+    reads = row.token_reads
+    if not reads:
+        return []
+    if reads[0] < 0:
+        return [f"{at} token_reads: expected read numbers of at least 0, found {reads[0]}"]
+    if reads[0] == 0 and row.first_token_after_s != 0.0:
+        return [
+            f"{at} first_token_after_s: expected 0.0 (its first token came in read 0, with no "
+            f"read before it), found {row.first_token_after_s!r}"
+        ]
+    return []
+
+
+def starts_problems(starts: Sequence[tuple[str, Sequence[OracleRow]]]) -> list[str]:
+    """Each prompt's `prompt_tokens` the same in every fresh start: `starts` are (file, rows),
+    start 1 first. The same prompt tokenizes the same on a fresh start of the same stack."""
+    if not starts:
+        return []
+    first_where, first = starts[0]
+    counts = {row.prompt_id: row.prompt_tokens for row in first}
+    return [
+        f"{where}: row {place} ({row.prompt_id}) prompt_tokens: expected "
+        f"{counts[row.prompt_id]} (as in {first_where}), found {row.prompt_tokens}"
+        for where, rows in starts[1:]
+        for place, row in enumerate(rows)
+        if counts.get(row.prompt_id, row.prompt_tokens) != row.prompt_tokens
+    ]
+
+
+# --- metrics ----------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class _Reads:
+    """Two reads of `/metrics` and which of their samples only ever grow."""
+
+    before: Samples
+    after: Samples
+    growing: frozenset[str]
+    """Sample names of counter and histogram families (`_total`, `_bucket`, `_count`, `_sum`)."""
+
+    def exported(self, name: str) -> bool:
+        return bool(self.before.get(name)) or bool(self.after.get(name))
+
+    def rise(self, name: str, **labels: str) -> float | None:
+        """After minus before of `name`, summed over its label sets that carry `labels` (those
+        both reads have; for a label set created at its first observation, those after, from 0);
+        None when neither read exports it."""
+        if not self.exported(name):
+            return None
+        old, new = self.before.get(name, {}), self.after.get(name, {})
+        wanted = set(labels.items())
+        return sum(
+            new[key] - old.get(key, 0.0)
+            for key in new.keys() & (old.keys() if _created_at_start(name) else new.keys())
+            if wanted <= set(key)
+        )
+
+    def label_values(self, name: str, label: str) -> list[str]:
+        keys = set(self.before.get(name, {})) | set(self.after.get(name, {}))
+        return sorted({dict(key)[label] for key in keys if label in dict(key)})
+
+
+def metrics_problems(
+    rows: Sequence[OracleRow],
+    before_text: str,
+    after_text: str,
+    *,
+    limits: Limits,
+    sources: tuple[str, str],
+) -> Findings:
+    """Every contradiction between one start's `rows` and its `/metrics` read before and after
+    the suite (`sources` name the two files). Raises `MetricsUnreadable` for a text that is not
+    Prometheus text exposition."""
+    reads = _Reads(
+        samples(before_text, sources[0]),
+        samples(after_text, sources[1]),
+        _growing(before_text) | _growing(after_text),
+    )
+    pair = f"{sources[0]} → {sources[1]}"
+    problems = _reading_problems(reads, pair)
+    if rows and not any(reads.rise(name) for name in reads.growing if name.startswith("vllm:")):
+        return Findings(
+            (
+                *problems,
+                f"{pair}: expected vLLM's counters to rise while "
+                f"{len(rows)} rows were answered, found every one unchanged",
+            )
+        )
+    check = _Check(reads, pair)
+    _request_checks(check, rows, limits)
+    _prompt_checks(check, rows)
+    _cache_checks(check, rows)
+    _decode_checks(check, rows, limits)
+    return Findings(tuple(problems + check.problems), tuple(dict.fromkeys(check.not_applicable)))
+
+
+def _growing(text: str) -> frozenset[str]:
+    return frozenset(
+        sample.name
+        for family in text_string_to_metric_families(text)
+        if family.type in ("counter", "histogram")
+        for sample in family.samples
+        if not sample.name.endswith("_created")
+    )
+
+
+def _reading_problems(reads: _Reads, pair: str) -> list[str]:
+    """Two reads of one process's counters: same label sets, none going backwards, none
+    recreated, one process start time."""
+    problems = []
+    for name in sorted(reads.growing):
+        old, new = reads.before.get(name, {}), reads.after.get(name, {})
+        added = new.keys() - old.keys() if _created_at_start(name) else set()
+        if added or old.keys() - new.keys():
+            problems.append(
+                f"{pair}: {name}: expected the same label sets in both reads, found "
+                f"{_label_sets(old.keys() - new.keys())} only before and "
+                f"{_label_sets(added)} only after"
+            )
+        problems += [
+            f"{pair}: {name}{_labels(key)}: expected a counter that never decreases, found "
+            f"{_shown(old[key])} before and {_shown(new[key])} after"
+            for key in sorted(old.keys() & new.keys(), key=sorted)
+            if new[key] < old[key]
+        ]
+    created = sorted(name for name in reads.after if name.endswith("_created"))
+    for name in created:
+        old, new = reads.before.get(name, {}), reads.after[name]
+        problems += [
+            f"{pair}: {name}{_labels(key)}: expected one creation time (the counter was not "
+            f"recreated), found {old[key]!r} before and {new[key]!r} after"
+            for key in sorted(old.keys() & new.keys(), key=sorted)
+            if old[key] != new[key]
+        ]
+    start = "process_start_time_seconds"
+    old_start, new_start = reads.before.get(start, {}), reads.after.get(start, {})
+    if old_start and new_start and old_start != new_start:
+        problems.append(
+            f"{pair}: {start}: expected one server process for both reads, found "
+            f"{_values(old_start)} before and {_values(new_start)} after"
+        )
+    return problems
+
+
+class _Check:
+    """Expected rises, compared with what the two reads give."""
+
+    def __init__(self, reads: _Reads, pair: str) -> None:
+        self.reads = reads
+        self.pair = pair
+        self.problems: list[str] = []
+        self.not_applicable: list[str] = []
+
+    def rise(self, name: str, **labels: str) -> float | None:
+        found = self.reads.rise(name, **labels)
+        if found is None:
+            self.not_applicable.append(f"{name}: exported by neither read")
+        return found
+
+    def equal(self, name: str, expected: float, why: str, **labels: str) -> None:
+        found = self.rise(name, **labels)
+        if found is not None and found != expected:
+            self.fail(name, found, f"{_shown(expected)} ({why})", **labels)
+
+    def fail(self, name: str, found: float, expected: str, **labels: str) -> None:
+        shown = _labels(frozenset(labels.items())) if labels else ""
+        self.problems.append(
+            f"{self.pair}: {name}{shown}: expected a rise of {expected}, found {_shown(found)}"
+        )
+
+
+def _request_checks(check: _Check, rows: Sequence[OracleRow], limits: Limits) -> None:
+    """Per request: one success each, by finish reason, and every per-request histogram."""
+    count = len(rows)
+    success = "vllm:request_success_total"
+    check.equal(success, count, "one per row")
+    if check.reads.exported(success):
+        _finish_reason_checks(check, rows, limits)
+    check.equal("vllm:admission_rejections_total", 0, "every row was answered")
+    endpoint = ENDPOINTS[limits.api]
+    check.equal(HTTP_REQUESTS, count, f"one POST {endpoint} per row", handler=endpoint)
+    check.equal(HTTP_REQUESTS, count, "every one answered", handler=endpoint, status="2xx")
+    for family in PER_REQUEST_HISTOGRAMS:
+        check.equal(f"{family}_count", count, "one per row")
+    prompt = sum(row.prompt_tokens for row in rows)
+    completion = sum(row.completion_tokens for row in rows)
+    sums = {
+        "vllm:request_prompt_tokens": (prompt, "the rows' prompt_tokens"),
+        "vllm:request_generation_tokens": (completion, "the rows' completion_tokens"),
+        "vllm:request_max_num_generation_tokens": (
+            completion,
+            "the rows' completion_tokens, one sequence each",
+        ),
+        "vllm:request_params_n": (count, "n = 1 for each row"),
+        "vllm:request_params_max_tokens": (
+            sum(limits.limit(row)[0] for row in rows),
+            "each row's max_tokens as vLLM clamps it",
+        ),
+    }
+    for family, (total, why) in sums.items():
+        check.equal(f"{family}_count", count, "one per row")
+        check.equal(f"{family}_sum", total, why)
+
+
+def _finish_reason_checks(check: _Check, rows: Sequence[OracleRow], limits: Limits) -> None:
+    success = "vllm:request_success_total"
+    stated = Counter(row.finish_reason for row in rows)
+    if None not in stated:
+        for reason in sorted(
+            set(check.reads.label_values(success, "finished_reason"))
+            | {r for r in stated if r is not None}
+        ):
+            check.equal(
+                success, stated[reason], f"rows that finished by {reason!r}", finished_reason=reason
+            )
+        return
+    at_limit = sum(len(row.token_ids) == limits.limit(row)[0] for row in rows)
+    found = check.reads.rise(success, finished_reason="length")
+    if found is not None and found > at_limit:
+        check.fail(
+            success,
+            found,
+            f"at most {at_limit} (the rows that reached their token limit)",
+            finished_reason="length",
+        )
+
+
+def _prompt_checks(check: _Check, rows: Sequence[OracleRow]) -> None:
+    """Prompt and generated tokens, and the prompt tokens by where their KV came from."""
+    prompt = sum(row.prompt_tokens for row in rows)
+    completion = sum(row.completion_tokens for row in rows)
+    check.equal("vllm:prompt_tokens_total", prompt, "the rows' prompt_tokens")
+    check.equal("vllm:generation_tokens_total", completion, "the rows' completion_tokens")
+    by_source = "vllm:prompt_tokens_by_source_total"
+    check.equal(by_source, prompt, "the rows' prompt_tokens, over every source")
+    cached = _cached(rows)
+    if cached is None:
+        check.not_applicable.append("cached prompt tokens: a row does not report cached_tokens")
+        return
+    computed = prompt - cached
+    check.equal("vllm:prompt_tokens_cached_total", cached, "the rows' cached_tokens")
+    check.equal(by_source, computed, "prompt_tokens less cached_tokens", source="local_compute")
+    check.equal(
+        "vllm:request_prefill_kv_computed_tokens_sum",
+        computed,
+        "the rows' prompt_tokens less cached_tokens",
+    )
+    check.equal(
+        "vllm:iteration_tokens_total_sum",
+        computed + completion,
+        "the rows' computed prompt tokens and completion_tokens",
+    )
+
+
+def _cached(rows: Sequence[OracleRow]) -> int | None:
+    counts = [row.cached_tokens for row in rows]
+    return None if None in counts else sum(c for c in counts if c is not None)
+
+
+def _cache_checks(check: _Check, rows: Sequence[OracleRow]) -> None:
+    """The prefix cache's queries (every prompt token when it is on, none when off) and hits
+    (the rows' cached tokens); a cached prefix only of what an earlier request computed."""
+    queries = check.rise("vllm:prefix_cache_queries_total")
+    hits = check.rise("vllm:prefix_cache_hits_total")
+    enabled = _prefix_caching(check.reads.after)
+    if enabled is None and queries is not None:
+        enabled = queries != 0
+    prompt, cached = sum(row.prompt_tokens for row in rows), _cached(rows)
+    if enabled is False:
+        expected = {"queries": (0, "prefix caching is off"), "hits": (0, "prefix caching is off")}
+    else:
+        expected = {"queries": (prompt, "the rows' prompt_tokens, prefix caching on")}
+        if cached is not None:
+            expected["hits"] = (cached, "the rows' cached_tokens")
+    for kind, found in (("queries", queries), ("hits", hits)):
+        if found is not None and kind in expected and found != expected[kind][0]:
+            total, why = expected[kind]
+            check.fail(f"vllm:prefix_cache_{kind}_total", found, f"{total} ({why})")
+    check.problems += _cached_beyond(check, rows, enabled)
+
+
+def _prefix_caching(after: Samples) -> bool | None:
+    """`enable_prefix_caching` of `vllm:cache_config_info` after the suite, the engine's own
+    report; None when it does not say."""
+    found = after.get("vllm:cache_config_info", {})
+    values = {dict(key).get("enable_prefix_caching", "") for key in found}
+    return {"True": True, "False": False}.get(values.pop()) if len(values) == 1 else None
+
+
+def _cached_beyond(check: _Check, rows: Sequence[OracleRow], enabled: bool | None) -> list[str]:
+    """Rows whose cached prefix nothing could have computed: any with prefix caching off; and,
+    where the server had answered nothing before the suite, more than the longest prompt and
+    answer of an earlier row."""
+    success = "vllm:request_success_total"
+    fresh = check.reads.exported(success) and not sum(check.reads.before.get(success, {}).values())
+    problems, longest = [], 0
+    for place, row in enumerate(rows):
+        if enabled is False:
+            bound, why = 0, "prefix caching is off"
+        elif fresh:
+            bound, why = (
+                longest,
+                (
+                    "the longest prompt and answer of an earlier row, the server having answered "
+                    "nothing before the suite"
+                ),
+            )
+        else:
+            break
+        if row.cached_tokens is not None and row.cached_tokens > bound:
+            problems.append(
+                f"{check.pair}: row {place} ({row.prompt_id}) cached_tokens: expected at most "
+                f"{bound} ({why}), found {row.cached_tokens}"
+            )
+        longest = max(longest, row.prompt_tokens + row.completion_tokens)
+    return problems
+
+
+def _decode_checks(check: _Check, rows: Sequence[OracleRow], limits: Limits) -> None:
+    """Decode steps and speculative decoding's counters."""
+    spec = _Speculation.read(check.reads)
+    if spec is None and limits.speculative:
+        check.not_applicable.append(
+            "speculative decoding and decode steps: a read lacks vllm:spec_decode_* counters"
+        )
+        return
+    if spec is not None and not limits.speculative:
+        if spec.drafts or spec.draft_tokens or spec.accepted:
+            check.fail(
+                SPEC_COUNTERS[0], spec.drafts, "0 (the argv asks for no speculative decoding)"
+            )
+        spec = None
+    elif spec is not None:
+        _speculation_checks(check, spec, limits.speculative_k)
+    _step_checks(check, rows, limits, spec)
+
+
+@dataclass(frozen=True)
+class _Speculation:
+    drafts: float
+    draft_tokens: float
+    accepted: float
+    per_position: dict[int, float]
+    """Accepted tokens by draft position (-1 for a position label that is not a number)."""
+
+    @classmethod
+    def read(cls, reads: _Reads) -> _Speculation | None:
+        """The rises of vLLM's speculative-decoding counters; None when a read lacks one."""
+        values = [reads.rise(name) for name in SPEC_COUNTERS]
+        drafts, draft_tokens, accepted = (value or 0.0 for value in values)
+        if any(value is None for value in values):
+            return None
+        positions = reads.label_values(PER_POSITION, "position")
+        curve = {
+            int(p) if p.isdecimal() else -1: reads.rise(PER_POSITION, position=p) or 0.0
+            for p in positions
+        }
+        return cls(drafts, draft_tokens, accepted, curve)
+
+
+def _speculation_checks(check: _Check, spec: _Speculation, k: int | None) -> None:
+    """What vLLM 0.32's scheduler counts of each draft (`SpecDecodingStats.observe_draft`): 1 to
+    k tokens, the accepted ones a prefix of them, each accepted one counted at its position."""
+    pair, curve = check.pair, spec.per_position
+    depth = k if k is not None else len(curve)
+    problems = []
+    if sorted(curve) != list(range(depth)):
+        stated = f"num_speculative_tokens {k}" if k is not None else "contiguous positions"
+        problems.append(
+            f"{PER_POSITION}: expected positions 0..{depth - 1} ({stated}), found "
+            + (", ".join(str(p) if p >= 0 else "one not a number" for p in sorted(curve)) or "none")
+        )
+    if not spec.drafts <= spec.draft_tokens <= spec.drafts * depth:
+        problems.append(
+            f"{SPEC_COUNTERS[1]}: expected a rise between the {_shown(spec.drafts)} drafts and "
+            f"{depth} tokens each ({_shown(spec.drafts * depth)}), found "
+            f"{_shown(spec.draft_tokens)}"
+        )
+    if spec.accepted > spec.draft_tokens:
+        problems.append(
+            f"{SPEC_COUNTERS[2]}: expected a rise of at most the {_shown(spec.draft_tokens)} "
+            f"draft tokens, found {_shown(spec.accepted)}"
+        )
+    if curve and sum(curve.values()) != spec.accepted:
+        problems.append(
+            f"{PER_POSITION}: expected positions summing to the {_shown(spec.accepted)} "
+            f"accepted tokens, found {_shown(sum(curve.values()))}"
+        )
+    ordered = [(position, curve[position]) for position in sorted(curve) if position >= 0]
+    problems += [
+        f'{PER_POSITION}{{position="{position}"}}: expected a rise of at most the '
+        f"{_shown(spec.drafts)} drafts, found {_shown(value)}"
+        for position, value in ordered
+        if value > spec.drafts
+    ]
+    problems += [
+        f"{PER_POSITION}: expected position {later} to rise by at most position {earlier}'s "
+        f"{_shown(before)} (a draft token is accepted only after the one before it), found "
+        f"{_shown(after)}"
+        for (earlier, before), (later, after) in pairwise(ordered)
+        if after > before
+    ]
+    check.problems += [f"{pair}: {problem}" for problem in problems]
+
+
+def _step_checks(
+    check: _Check, rows: Sequence[OracleRow], limits: Limits, spec: _Speculation | None
+) -> None:
+    """One inter-token latency per decode step: a step gives one token, or with speculation
+    one and its accepted drafts, less those past the row's end (at most k a row)."""
+    steps = check.rise("vllm:inter_token_latency_seconds_count")
+    if steps is None:
+        return
+    later_tokens = sum(row.completion_tokens - 1 for row in rows)
+    name = "vllm:inter_token_latency_seconds_count"
+    if spec is None:
+        if steps != later_tokens:
+            check.fail(
+                name,
+                steps,
+                f"{later_tokens} (each row's tokens after its first: one decode step each)",
+            )
+        return
+    depth = limits.speculative_k or len(spec.per_position)
+    most = depth * len(rows)
+    given = steps + spec.accepted
+    if not later_tokens <= given <= later_tokens + most:
+        check.problems.append(
+            f"{check.pair}: {name} and {SPEC_COUNTERS[2]}: expected decode steps plus accepted "
+            f"draft tokens to rise by the rows' {later_tokens} tokens after their first, plus at "
+            f"most {most} drafted past a row's end ({depth} a row), found {_shown(steps)} + "
+            f"{_shown(spec.accepted)}"
+        )
+
+
+def _created_at_start(name: str) -> bool:
+    """vLLM creates every label set of its counters when it starts; other exporters of the API
+    server (its HTTP instrumentation) create one at its first observation, from 0."""
+    return name.startswith("vllm:")
+
+
+def _shown(value: float) -> str:
+    return str(int(value)) if float(value).is_integer() else repr(value)
+
+
+def _labels(labels: LabelSet) -> str:
+    return "{" + ",".join(f'{key}="{value}"' for key, value in sorted(labels)) + "}"
+
+
+def _label_sets(sets: Iterable[LabelSet]) -> str:
+    return ", ".join(sorted(_labels(labels) for labels in sets)) or "none"
+
+
+def _values(found: Mapping[LabelSet, float]) -> str:
+    return ", ".join(repr(value) for value in found.values())

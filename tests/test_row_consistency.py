@@ -1,0 +1,748 @@
+"""Rows and metrics that contradict themselves, their suite or each other are refused
+(`launch.consistency`), on the committed bundles' own sealed evidence.
+
+The honest evidence of every committed bundle gives no problem: the tiny model's two fresh starts
+and its two-node start (vLLM 0.32 on CPU, prefix caching off) and the Laguna record (another
+vLLM, DFlash speculative decoding with 11 draft tokens). Each hostile case then changes one fact
+of it, as a holder of the public example key would before re-sealing, checks that the rows still
+pass their own model (the change is one the file format allows), and asserts the exact problems.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+from conftest import REPO_ROOT
+
+from repro_serving.builder.errors import BadInput
+from repro_serving.builder.manifest import Manifest, Suite
+from repro_serving.builder.tinymodel import ARCHITECTURE
+from repro_serving.launch.consistency import (
+    Findings,
+    Limits,
+    metrics_problems,
+    rows_problems,
+    starts_problems,
+)
+from repro_serving.launch.evidence import OracleRow, Rows
+from repro_serving.launch.historical import load_bench
+
+TINY = REPO_ROOT / "repro" / "tiny-cpu"
+TWO_NODE = REPO_ROOT / "repro" / "tiny-cpu-2node"
+LAGUNA = REPO_ROOT / "repro" / "laguna-102tps"
+ROWS = "evidence/start-1/rows.json"
+BEFORE, AFTER = "evidence/start-1/metrics-before.prom", "evidence/start-1/metrics-after.prom"
+PAIR = f"{BEFORE} → {AFTER}"
+LAGUNA_BEFORE = "evidence/run/metrics-before-suite.prom"
+LAGUNA_AFTER = "evidence/run/metrics-after-suite.prom"
+LAGUNA_PAIR = f"{LAGUNA_BEFORE} → {LAGUNA_AFTER}"
+VOCABULARY = "token ids against the vocabulary: the evidence does not state its size"
+
+Document = list[dict[str, Any]]
+
+
+def suite_of(bundle: Path) -> Suite:
+    return Suite.from_path(bundle / "oracle" / "suite.json")
+
+
+def locked_argv(bundle: Path) -> list[str]:
+    argv: list[str] = json.loads((bundle / "lock.json").read_text())["launch"]["argv"]
+    return argv
+
+
+def limits_of(bundle: Path) -> Limits:
+    return Limits.of(suite_of(bundle), locked_argv(bundle))
+
+
+def document(bundle: Path, start: int = 1) -> Document:
+    rows: Document = json.loads((bundle / f"evidence/start-{start}/rows.json").read_text())
+    return rows
+
+
+def parsed(rows: Document) -> tuple[OracleRow, ...]:
+    """The rows as `repro verify` reads them: a change the model refuses is no attack here."""
+    return Rows.model_validate_json(json.dumps(rows)).root
+
+
+def text(bundle: Path, relative: str) -> str:
+    return (bundle / relative).read_text()
+
+
+def tiny_rows(
+    rows: Document | None = None, *, suite: Suite | None = None, gated: bool = True, **kw: Any
+) -> Findings:
+    return rows_problems(
+        suite or suite_of(TINY),
+        parsed(document(TINY) if rows is None else rows),
+        where=ROWS,
+        limits=kw.pop("limits", limits_of(TINY)),
+        cached_tokens_gated=gated,
+        **kw,
+    )
+
+
+def tiny_metrics(
+    rows: Document | None = None,
+    *,
+    before: Callable[[str], str] = str,
+    after: Callable[[str], str] = str,
+    served: Limits | None = None,
+) -> tuple[str, ...]:
+    findings = metrics_problems(
+        parsed(document(TINY) if rows is None else rows),
+        before(text(TINY, BEFORE)),
+        after(text(TINY, AFTER)),
+        limits=served or limits_of(TINY),
+        sources=(BEFORE, AFTER),
+    )
+    return findings.problems
+
+
+def laguna_rows() -> tuple[OracleRow, ...]:
+    return load_bench(LAGUNA / "evidence" / "run" / "bench.json").rows
+
+
+def laguna_metrics(
+    after: Callable[[str], str] = str, served: Limits | None = None
+) -> tuple[str, ...]:
+    findings = metrics_problems(
+        laguna_rows(),
+        text(LAGUNA, LAGUNA_BEFORE),
+        after(text(LAGUNA, LAGUNA_AFTER)),
+        limits=served or limits_of(LAGUNA),
+        sources=(LAGUNA_BEFORE, LAGUNA_AFTER),
+    )
+    return findings.problems
+
+
+def sample(name: str, value: float, **labels: str) -> Callable[[str], str]:
+    """A change of a metrics text: the value of sample `name` whose labels include `labels`."""
+
+    def change(metrics: str) -> str:
+        wanted = "".join(f'(?=[^}}]*\\b{key}="{re.escape(v)}")' for key, v in labels.items())
+        braces = rf"(?:\{{{wanted}[^}}]*\}})" + ("" if labels else "?")
+        pattern = re.compile(rf"^({re.escape(name)}{braces}) \S+$", re.MULTILINE)
+        changed, count = pattern.subn(lambda m: f"{m[1]} {value}", metrics)
+        assert count == 1, f"{name} {labels}: {count} samples"
+        return changed
+
+    return change
+
+
+def replaced(old: str, new: str) -> Callable[[str], str]:
+    def change(metrics: str) -> str:
+        assert metrics.count(old) == 1, old
+        return metrics.replace(old, new)
+
+    return change
+
+
+def with_row(place: int, **changes: Any) -> Document:
+    rows = document(TINY)
+    rows[place].update(changes)
+    return rows
+
+
+def cut(row: dict[str, Any], tokens: int) -> dict[str, Any]:
+    """`row` as if its stream had brought only its first `tokens` tokens."""
+    keys = ("token_ids", "token_offsets_s", "token_reads", "token_events")
+    return row | {key: row[key][:tokens] for key in keys} | {"completion_tokens": tokens}
+
+
+def grown(row: dict[str, Any]) -> dict[str, Any]:
+    """`row` with one more token, in one more read and event just after its last."""
+    return row | {
+        "token_ids": [*row["token_ids"], 7],
+        "token_offsets_s": [*row["token_offsets_s"], row["token_offsets_s"][-1] + 0.01],
+        "token_reads": [*row["token_reads"], row["token_reads"][-1] + 1],
+        "token_events": [*row["token_events"], row["token_events"][-1] + 1],
+        "completion_tokens": row["completion_tokens"] + 1,
+    }
+
+
+# --- the honest evidence --------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("bundle", "start"), [(TINY, 1), (TINY, 2), (TWO_NODE, 1)], ids=["tiny-1", "tiny-2", "2node"]
+)
+def test_the_committed_tiny_bundles_contradict_nothing(bundle: Path, start: int) -> None:
+    rows = parsed(document(bundle, start))
+    served = limits_of(bundle)
+    at = f"evidence/start-{start}"
+    assert rows_problems(
+        suite_of(bundle), rows, where=f"{at}/rows.json", limits=served, cached_tokens_gated=True
+    ) == Findings((), (VOCABULARY,))
+    assert (
+        rows_problems(
+            suite_of(bundle),
+            rows,
+            where=f"{at}/rows.json",
+            limits=served,
+            cached_tokens_gated=True,
+            vocab_size=ARCHITECTURE.vocab_size,
+        )
+        == Findings()
+    )
+    before, after = f"{at}/metrics-before.prom", f"{at}/metrics-after.prom"
+    assert (
+        metrics_problems(
+            rows, text(bundle, before), text(bundle, after), limits=served, sources=(before, after)
+        )
+        == Findings()
+    )
+
+
+def test_the_tiny_bundles_fresh_starts_tokenize_each_prompt_alike() -> None:
+    starts = [(f"evidence/start-{n}/rows.json", parsed(document(TINY, n))) for n in (1, 2)]
+    assert starts_problems(starts) == []
+
+
+def test_the_laguna_record_with_its_speculative_counters_contradicts_nothing() -> None:
+    """Its bench rows keep neither finish reasons nor read numbers; its vLLM exports neither
+    admission rejections nor preemptions per request."""
+    served = limits_of(LAGUNA)
+    assert served == Limits("chat", 512, 8192, speculative=True, speculative_k=11)
+    findings = rows_problems(
+        suite_of(LAGUNA), laguna_rows(), where="bench.json", limits=served, cached_tokens_gated=True
+    )
+    assert findings == Findings((), (VOCABULARY,))
+    assert metrics_problems(
+        laguna_rows(),
+        text(LAGUNA, LAGUNA_BEFORE),
+        text(LAGUNA, LAGUNA_AFTER),
+        limits=served,
+        sources=(LAGUNA_BEFORE, LAGUNA_AFTER),
+    ) == Findings(
+        (),
+        (
+            "vllm:admission_rejections_total: exported by neither read",
+            "vllm:request_num_preemptions_count: exported by neither read",
+        ),
+    )
+
+
+# --- limits from the locked argv -----------------------------------------------------------------
+
+
+def test_limits_come_from_the_suite_and_the_locked_argv() -> None:
+    assert limits_of(TINY) == Limits("chat", 32, 2048, speculative=False)
+    run_argv = json.loads((TINY / "evidence" / "run.json").read_text())["argv"]
+    assert Limits.of(suite_of(TINY), run_argv) == limits_of(TINY)
+
+
+def test_the_speculative_depth_is_read_from_a_profile_template_and_from_its_expansion() -> None:
+    manifest = Manifest.from_path(REPO_ROOT / "manifests" / "tiny-cpu.toml")
+    template = list(manifest.launch.argv_for("ngram"))
+    assert Limits.of(suite_of(TINY), template).speculative_k == 3
+    expanded = [a.replace("{{", "{").replace("}}", "}") for a in template]
+    assert Limits.of(suite_of(TINY), expanded).speculative_k == 3
+
+
+@pytest.mark.parametrize(
+    ("argv", "max_model_len"),
+    [
+        (["--max-model-len", "2K"], 2048),
+        (["--max_model_len=1k"], 1000),
+        (["--max-model-len", "auto"], None),
+    ],
+)
+def test_max_model_len_is_read_as_vllm_reads_it(argv: list[str], max_model_len: int | None) -> None:
+    assert Limits.of(suite_of(TINY), argv).max_model_len == max_model_len
+
+
+@pytest.mark.parametrize(
+    ("argv", "what"),
+    [
+        (
+            ["--speculative-config", "{not json"],
+            "the argv's --speculative-config is not a JSON object",
+        ),
+        (
+            ["-sc", '{"method": "ngram", "num_speculative_tokens": 0}'],
+            "the argv's speculative num_speculative_tokens is not a positive integer",
+        ),
+        (["--max-model-len", "long"], "the argv's --max-model-len is not a number vLLM reads"),
+    ],
+)
+def test_an_argv_vllm_would_not_start_with_is_refused(argv: list[str], what: str) -> None:
+    with pytest.raises(BadInput) as refused:
+        Limits.of(suite_of(TINY), argv)
+    assert refused.value.what == what
+
+
+# --- rows against themselves and the suite ----------------------------------------------------
+
+
+def test_a_completion_count_other_than_the_token_ids_is_refused() -> None:
+    assert tiny_rows(with_row(1, completion_tokens=31)).problems == (
+        f"{ROWS}: row 1 (arithmetic) completion_tokens: expected 32 (its token_ids), found 31",
+    )
+
+
+def test_more_tokens_than_the_suite_allows_are_refused() -> None:
+    rows = document(TINY)
+    rows[0] = grown(rows[0])
+    assert tiny_rows(rows).problems == (
+        f"{ROWS}: row 0 (greeting) token_ids: expected at most 32 (the suite's max_tokens), "
+        "found 33",
+    )
+
+
+def test_more_tokens_than_max_model_len_leaves_room_for_are_refused() -> None:
+    """vLLM asks for min(max_tokens, max_model_len - prompt_tokens), and refuses a prompt that
+    leaves no room."""
+    served = Limits.of(suite_of(TINY), [*locked_argv(TINY), "--max-model-len", "80"])
+    assert tiny_rows(limits=served).problems == (
+        f"{ROWS}: row 3 (code) token_ids: expected at most 26 (max_model_len 80 less 54 prompt "
+        "tokens), found 32",
+        f"{ROWS}: row 4 (unicode) token_ids: expected at most 29 (max_model_len 80 less 51 "
+        "prompt tokens), found 32",
+    )
+    served = Limits.of(suite_of(TINY), [*locked_argv(TINY), "--max-model-len", "54"])
+    assert tiny_rows(limits=served).problems[3:5] == (
+        f"{ROWS}: row 3 (code) prompt_tokens: expected fewer than max_model_len 54 (vLLM refuses "
+        "a longer prompt), found 54",
+        f"{ROWS}: row 3 (code) token_ids: expected at most 0 (max_model_len 54 less 54 prompt "
+        "tokens), found 32",
+    )
+
+
+def test_a_length_finish_short_of_the_limit_is_refused() -> None:
+    rows = document(TINY)
+    rows[2] = cut(rows[2], 31)
+    assert tiny_rows(rows).problems == (
+        f"{ROWS}: row 2 (list) finish_reason 'length': expected 32 tokens (the suite's "
+        "max_tokens), found 31",
+    )
+
+
+def test_a_stop_at_the_limit_is_what_vllm_does_when_the_last_token_ends_the_sequence() -> None:
+    """vLLM 0.32's `check_stop` tests the end-of-sequence token before the length limit."""
+    assert tiny_rows(with_row(3, finish_reason="stop")).problems == ()
+    rows = document(TINY)
+    rows[3] = cut(rows[3], 20) | {"finish_reason": "stop"}
+    assert tiny_rows(rows).problems == ()
+
+
+@pytest.mark.parametrize(
+    ("reason", "problem"),
+    [
+        ("abort", "expected 'stop' or 'length' (a complete answer), found 'abort'"),
+        (
+            None,
+            "expected 'stop' or 'length' (vLLM ends every stream with one, and the oracle keeps "
+            "it), found none",
+        ),
+    ],
+)
+def test_a_row_that_did_not_end_as_an_answer_is_refused(reason: str | None, problem: str) -> None:
+    assert tiny_rows(with_row(4, finish_reason=reason)).problems == (
+        f"{ROWS}: row 4 (unicode) finish_reason: {problem}",
+    )
+
+
+def test_a_dropped_prompt_is_refused() -> None:
+    rows = document(TINY)
+    del rows[3]
+    assert tiny_rows(rows).problems == (
+        f"{ROWS}: expected one row for each of the 5 prompts of suite tiny-cpu-v1, found 4 rows",
+        f"{ROWS}: prompt 3 (code) of suite tiny-cpu-v1: expected a row, found none",
+    )
+
+
+def test_a_prompt_answered_twice_is_refused() -> None:
+    rows = document(TINY)
+    rows[4] = rows[3]
+    assert tiny_rows(rows).problems == (
+        f"{ROWS}: prompt 'code': expected one row, found rows 3, 4",
+        f"{ROWS}: prompt 4 (unicode) of suite tiny-cpu-v1: expected a row, found none",
+    )
+
+
+def test_a_renamed_prompt_is_refused() -> None:
+    assert tiny_rows(with_row(2, prompt_id="lists")).problems == (
+        f"{ROWS}: row 2 prompt_id: expected a prompt of suite tiny-cpu-v1, found 'lists'",
+        f"{ROWS}: prompt 2 (list) of suite tiny-cpu-v1: expected a row, found none",
+    )
+
+
+@pytest.mark.parametrize(
+    ("index", "outside"),
+    [(3, ""), (7, ", outside the suite's 0..4"), (-1, ", outside the suite's 0..4")],
+)
+def test_a_reindexed_row_is_refused(index: int, outside: str) -> None:
+    assert tiny_rows(with_row(2, prompt_index=index)).problems == (
+        f"{ROWS}: row 2 (list) prompt_index: expected 2 (its prompt's place in the suite), "
+        f"found {index}{outside}",
+    )
+
+
+def test_rows_out_of_suite_order_are_refused() -> None:
+    rows = document(TINY)
+    rows[1], rows[2] = rows[2], rows[1]
+    assert tiny_rows(rows).problems == (
+        f"{ROWS}: row 1 prompt_id: expected 'arithmetic' (suite prompt 1), found 'list' (suite "
+        "prompt 2): rows answer the suite in order",
+        f"{ROWS}: row 2 prompt_id: expected 'list' (suite prompt 2), found 'arithmetic' (suite "
+        "prompt 1): rows answer the suite in order",
+    )
+
+
+def test_a_negative_token_id_is_refused() -> None:
+    rows = document(TINY)
+    rows[0]["token_ids"][5] = -1
+    assert tiny_rows(rows).problems == (
+        f"{ROWS}: row 0 (greeting) token_ids: expected ids of at least 0, found -1 at token 5",
+    )
+
+
+def test_a_token_id_beyond_a_known_vocabulary_is_refused() -> None:
+    rows = document(TINY)
+    rows[1]["token_ids"][0] = ARCHITECTURE.vocab_size
+    findings = tiny_rows(rows, vocab_size=ARCHITECTURE.vocab_size)
+    assert findings.problems == (
+        f"{ROWS}: row 1 (arithmetic) token_ids: expected ids below the vocabulary size 264, "
+        "found 264 at token 0",
+    )
+    assert findings.not_applicable == ()
+
+
+def test_a_prompt_of_no_tokens_is_refused() -> None:
+    assert tiny_rows(with_row(0, prompt_tokens=0)).problems == (
+        f"{ROWS}: row 0 (greeting) prompt_tokens: expected at least 1, found 0",
+    )
+
+
+def test_cached_tokens_missing_where_the_manifest_gates_them_is_refused() -> None:
+    rows = with_row(3, cached_tokens=None)
+    assert tiny_rows(rows).problems == (
+        f"{ROWS}: row 3 (code) cached_tokens: expected a count (the manifest gates "
+        "cached_tokens_zero), found none",
+    )
+    assert tiny_rows(rows, gated=False).problems == ()
+
+
+@pytest.mark.parametrize("cached", [26, -1])
+def test_cached_tokens_beyond_a_prompt_less_its_last_token_are_refused(cached: int) -> None:
+    assert tiny_rows(with_row(0, cached_tokens=cached)).problems == (
+        f"{ROWS}: row 0 (greeting) cached_tokens: expected 0..25 (vLLM recomputes a prompt's "
+        f"last token), found {cached}",
+    )
+
+
+def test_a_first_token_in_read_0_after_an_earlier_read_is_refused() -> None:
+    rows = document(TINY)
+    first = rows[1]["token_reads"][0]
+    rows[1]["token_reads"] = [read - first for read in rows[1]["token_reads"]]
+    after = rows[1]["first_token_after_s"]
+    assert after > 0.0
+    assert tiny_rows(rows).problems == (
+        f"{ROWS}: row 1 (arithmetic) first_token_after_s: expected 0.0 (its first token came in "
+        f"read 0, with no read before it), found {after!r}",
+    )
+    rows[1]["token_reads"] = [read - 1 for read in rows[1]["token_reads"]]
+    assert tiny_rows(rows).problems == (
+        f"{ROWS}: row 1 (arithmetic) token_reads: expected read numbers of at least 0, found -1",
+    )
+
+
+def test_a_prompt_tokenized_otherwise_on_a_fresh_start_is_refused() -> None:
+    later = document(TINY, 2)
+    later[3]["prompt_tokens"] = 55
+    starts = [(ROWS, parsed(document(TINY))), ("evidence/start-2/rows.json", parsed(later))]
+    assert starts_problems(starts) == [
+        "evidence/start-2/rows.json: row 3 (code) prompt_tokens: expected 54 (as in "
+        f"{ROWS}), found 55"
+    ]
+
+
+def test_a_suite_whose_max_tokens_was_raised_contradicts_the_rows_and_the_metrics() -> None:
+    raised = suite_of(TINY).model_copy(update={"max_tokens": 64})
+    served = Limits.of(raised, locked_argv(TINY))
+    assert tiny_rows(suite=raised, limits=served).problems == tuple(
+        f"{ROWS}: row {n} ({name}) finish_reason 'length': expected 64 tokens (the suite's "
+        "max_tokens), found 32"
+        for n, name in enumerate(["greeting", "arithmetic", "list", "code", "unicode"])
+    )
+    assert tiny_metrics(served=served) == (
+        f"{PAIR}: vllm:request_params_max_tokens_sum: expected a rise of 320 (each row's "
+        "max_tokens as vLLM clamps it), found 160",
+    )
+
+
+# --- metrics against the rows -----------------------------------------------------------------
+
+
+def test_generated_tokens_other_than_the_rows_completions_are_refused() -> None:
+    assert tiny_metrics(after=sample("vllm:generation_tokens_total", 150.0)) == (
+        f"{PAIR}: vllm:generation_tokens_total: expected a rise of 160 (the rows' "
+        "completion_tokens), found 150",
+    )
+
+
+def test_prompt_tokens_other_than_the_rows_prompts_are_refused() -> None:
+    assert tiny_metrics(after=sample("vllm:prompt_tokens_total", 198.0)) == (
+        f"{PAIR}: vllm:prompt_tokens_total: expected a rise of 199 (the rows' prompt_tokens), "
+        "found 198",
+    )
+
+
+def test_a_row_the_server_never_counted_is_refused() -> None:
+    """Every count of requests and tokens of the engine and the HTTP server disagrees."""
+    rows = document(TINY)
+    rows.append(rows[4] | {"prompt_id": "unicode"})
+    problems = tiny_metrics(rows)
+    assert len(problems) == 29
+    assert {
+        f"{PAIR}: vllm:request_success_total: expected a rise of 6 (one per row), found 5",
+        f'{PAIR}: vllm:request_success_total{{finished_reason="length"}}: expected a rise of 6 '
+        "(rows that finished by 'length'), found 5",
+        f'{PAIR}: http_requests_total{{handler="/v1/chat/completions",status="2xx"}}: expected '
+        "a rise of 6 (every one answered), found 5",
+        f"{PAIR}: vllm:prompt_tokens_total: expected a rise of 250 (the rows' prompt_tokens), "
+        "found 199",
+        f"{PAIR}: vllm:generation_tokens_total: expected a rise of 192 (the rows' "
+        "completion_tokens), found 160",
+        f"{PAIR}: vllm:inter_token_latency_seconds_count: expected a rise of 186 (each row's "
+        "tokens after its first: one decode step each), found 155",
+    } <= set(problems)
+
+
+def test_successes_by_another_finish_reason_than_the_rows_are_refused() -> None:
+    after = text(TINY, AFTER)
+    moved = sample("vllm:request_success_total", 1.0, finished_reason="stop")(
+        sample("vllm:request_success_total", 4.0, finished_reason="length")(after)
+    )
+    assert tiny_metrics(after=lambda _: moved) == (
+        f'{PAIR}: vllm:request_success_total{{finished_reason="length"}}: expected a rise of 5 '
+        "(rows that finished by 'length'), found 4",
+        f'{PAIR}: vllm:request_success_total{{finished_reason="stop"}}: expected a rise of 0 '
+        "(rows that finished by 'stop'), found 1",
+    )
+
+
+def test_fewer_chat_requests_than_rows_are_refused() -> None:
+    change = sample("http_requests_total", 4.0, handler="/v1/chat/completions")
+    assert tiny_metrics(after=change) == (
+        f'{PAIR}: http_requests_total{{handler="/v1/chat/completions"}}: expected a rise of 5 '
+        "(one POST /v1/chat/completions per row), found 4",
+        f'{PAIR}: http_requests_total{{handler="/v1/chat/completions",status="2xx"}}: expected '
+        "a rise of 5 (every one answered), found 4",
+    )
+
+
+def test_a_per_request_histogram_counting_other_requests_is_refused() -> None:
+    assert tiny_metrics(after=sample("vllm:e2e_request_latency_seconds_count", 6.0)) == (
+        f"{PAIR}: vllm:e2e_request_latency_seconds_count: expected a rise of 5 (one per row), "
+        "found 6",
+    )
+
+
+def test_decode_steps_other_than_one_per_later_token_are_refused() -> None:
+    assert tiny_metrics(after=sample("vllm:inter_token_latency_seconds_count", 154.0)) == (
+        f"{PAIR}: vllm:inter_token_latency_seconds_count: expected a rise of 155 (each row's "
+        "tokens after its first: one decode step each), found 154",
+    )
+
+
+def test_prefix_cache_queries_while_the_engine_reports_caching_off_are_refused() -> None:
+    assert tiny_metrics(after=sample("vllm:prefix_cache_queries_total", 199.0)) == (
+        f"{PAIR}: vllm:prefix_cache_queries_total: expected a rise of 0 (prefix caching is "
+        "off), found 199",
+    )
+
+
+def test_no_prefix_cache_queries_while_the_engine_reports_caching_on_are_refused() -> None:
+    on = replaced('enable_prefix_caching="False"', 'enable_prefix_caching="True"')
+    assert tiny_metrics(after=on) == (
+        f"{PAIR}: vllm:prefix_cache_queries_total: expected a rise of 199 (the rows' "
+        "prompt_tokens, prefix caching on), found 0",
+    )
+
+
+def test_cached_tokens_the_server_never_counted_are_refused() -> None:
+    on = replaced('enable_prefix_caching="False"', 'enable_prefix_caching="True"')
+    queried = sample("vllm:prefix_cache_queries_total", 199.0)
+    assert tiny_metrics(with_row(1, cached_tokens=10), after=lambda t: queried(on(t))) == (
+        f"{PAIR}: vllm:prompt_tokens_cached_total: expected a rise of 10 (the rows' "
+        "cached_tokens), found 0",
+        f'{PAIR}: vllm:prompt_tokens_by_source_total{{source="local_compute"}}: expected a rise '
+        "of 189 (prompt_tokens less cached_tokens), found 199",
+        f"{PAIR}: vllm:request_prefill_kv_computed_tokens_sum: expected a rise of 189 (the rows' "
+        "prompt_tokens less cached_tokens), found 199",
+        f"{PAIR}: vllm:iteration_tokens_total_sum: expected a rise of 349 (the rows' computed "
+        "prompt tokens and completion_tokens), found 359",
+        f"{PAIR}: vllm:prefix_cache_hits_total: expected a rise of 10 (the rows' cached_tokens), "
+        "found 0",
+    )
+
+
+def test_a_cached_prefix_no_earlier_row_computed_is_refused() -> None:
+    """A first row's prefix cached by a server that had answered nothing before the suite."""
+    problems = tiny_metrics(with_row(0, cached_tokens=16))
+    assert problems[-1] == (
+        f"{PAIR}: row 0 (greeting) cached_tokens: expected at most 0 (prefix caching is off), "
+        "found 16"
+    )
+    on = replaced('enable_prefix_caching="False"', 'enable_prefix_caching="True"')
+    assert tiny_metrics(with_row(0, cached_tokens=16), after=on)[-1] == (
+        f"{PAIR}: row 0 (greeting) cached_tokens: expected at most 0 (the longest prompt and "
+        "answer of an earlier row, the server having answered nothing before the suite), found 16"
+    )
+
+
+def test_metrics_after_equal_to_before_while_rows_were_answered_are_refused() -> None:
+    before = text(TINY, BEFORE)
+    assert tiny_metrics(after=lambda _: before) == (
+        f"{PAIR}: expected vLLM's counters to rise while 5 rows were answered, found every one "
+        "unchanged",
+    )
+
+
+def test_a_counter_that_went_backwards_is_refused() -> None:
+    assert tiny_metrics(before=sample("vllm:generation_tokens_total", 200.0)) == (
+        f'{PAIR}: vllm:generation_tokens_total{{engine="0",model_name="tiny"}}: expected a '
+        "counter that never decreases, found 200 before and 160 after",
+        f"{PAIR}: vllm:generation_tokens_total: expected a rise of 160 (the rows' "
+        "completion_tokens), found -40",
+    )
+
+
+def test_a_counter_recreated_between_the_reads_is_refused() -> None:
+    created = re.search(
+        r'^vllm:generation_tokens_created\{engine="0",model_name="tiny"\} (\S+)$',
+        text(TINY, AFTER),
+        re.MULTILINE,
+    )
+    assert created is not None
+    assert tiny_metrics(after=sample("vllm:generation_tokens_created", 1.8e9)) == (
+        f'{PAIR}: vllm:generation_tokens_created{{engine="0",model_name="tiny"}}: expected one '
+        f"creation time (the counter was not recreated), found {float(created[1])!r} before and "
+        "1800000000.0 after",
+    )
+
+
+def test_reads_of_another_server_process_are_refused() -> None:
+    started = re.search(r"^process_start_time_seconds (\S+)$", text(TINY, BEFORE), re.MULTILINE)
+    assert started is not None
+    assert tiny_metrics(after=sample("process_start_time_seconds", 1.0)) == (
+        f"{PAIR}: process_start_time_seconds: expected one server process for both reads, "
+        f"found {float(started[1])!r} before and 1.0 after",
+    )
+
+
+def test_a_label_set_that_vanished_between_the_reads_is_refused() -> None:
+    line = re.compile(
+        r'^vllm:request_success_total\{[^}]*finished_reason="abort"[^}]*\} .*\n', re.M
+    )
+    assert tiny_metrics(after=lambda t: line.sub("", t)) == (
+        f"{PAIR}: vllm:request_success_total: expected the same label sets in both reads, found "
+        '{engine="0",finished_reason="abort",model_name="tiny"} only before and none only after',
+    )
+
+
+# --- speculative decoding, on the Laguna record's counters ------------------------------------
+
+
+ACCEPTED = "vllm:spec_decode_num_accepted_tokens_total"
+DRAFT_TOKENS = "vllm:spec_decode_num_draft_tokens_total"
+PER_POSITION = "vllm:spec_decode_num_accepted_tokens_per_pos_total"
+
+
+def test_more_accepted_tokens_than_draft_tokens_are_refused() -> None:
+    assert laguna_metrics(sample(ACCEPTED, 17700.0)) == (
+        f"{LAGUNA_PAIR}: {ACCEPTED}: expected a rise of at most the 17699 draft tokens, found "
+        "17700",
+        f"{LAGUNA_PAIR}: {PER_POSITION}: expected positions summing to the 17700 accepted tokens, "
+        "found 4747",
+        f"{LAGUNA_PAIR}: vllm:inter_token_latency_seconds_count and {ACCEPTED}: expected decode "
+        "steps plus accepted draft tokens to rise by the rows' 6341 tokens after their first, "
+        "plus at most 143 drafted past a row's end (11 a row), found 1609 + 17700",
+    )
+
+
+def test_more_draft_tokens_than_k_per_draft_are_refused() -> None:
+    assert laguna_metrics(sample(DRAFT_TOKENS, 17700.0)) == (
+        f"{LAGUNA_PAIR}: {DRAFT_TOKENS}: expected a rise between the 1609 drafts and 11 tokens "
+        "each (17699), found 17700",
+    )
+
+
+def test_a_position_accepted_more_often_than_there_were_drafts_is_refused() -> None:
+    assert laguna_metrics(sample(PER_POSITION, 1700.0, position="0")) == (
+        f"{LAGUNA_PAIR}: {PER_POSITION}: expected positions summing to the 4747 accepted tokens, "
+        "found 5276",
+        f'{LAGUNA_PAIR}: {PER_POSITION}{{position="0"}}: expected a rise of at most the 1609 '
+        "drafts, found 1700",
+    )
+
+
+def test_a_position_accepted_more_often_than_the_one_before_it_is_refused() -> None:
+    swapped = lambda t: sample(PER_POSITION, 497.0, position="4")(  # noqa: E731
+        sample(PER_POSITION, 397.0, position="3")(t)
+    )
+    assert laguna_metrics(swapped) == (
+        f"{LAGUNA_PAIR}: {PER_POSITION}: expected position 4 to rise by at most position 3's 397 "
+        "(a draft token is accepted only after the one before it), found 497",
+    )
+
+
+def test_positions_other_than_the_argv_depth_are_refused() -> None:
+    argv = [
+        a.replace('"num_speculative_tokens": 11', '"num_speculative_tokens": 12')
+        for a in locked_argv(LAGUNA)
+    ]
+    served = Limits.of(suite_of(LAGUNA), argv)
+    assert served.speculative_k == 12
+    assert laguna_metrics(served=served) == (
+        f"{LAGUNA_PAIR}: {PER_POSITION}: expected positions 0..11 (num_speculative_tokens 12), "
+        "found 0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10",
+    )
+
+
+def test_speculative_counters_of_an_argv_without_speculation_are_refused() -> None:
+    plain = [a for a in locked_argv(LAGUNA) if "speculative" not in a and "dflash" not in a]
+    served = Limits.of(suite_of(LAGUNA), plain)
+    assert not served.speculative
+    assert laguna_metrics(served=served) == (
+        "evidence/run/metrics-before-suite.prom → evidence/run/metrics-after-suite.prom: "
+        "vllm:spec_decode_num_drafts_total: expected a rise of 0 (the argv asks for no "
+        "speculative decoding), found 1609",
+        f"{LAGUNA_PAIR}: vllm:inter_token_latency_seconds_count: expected a rise of 6341 (each "
+        "row's tokens after its first: one decode step each), found 1609",
+    )
+
+
+def test_more_length_finishes_than_rows_at_their_limit_are_refused() -> None:
+    """The bench rows keep no finish reason: 11 of 13 reached max_tokens, so at most 11 can
+    have finished by length."""
+    change = lambda t: sample("vllm:request_success_total", 12.0, finished_reason="length")(  # noqa: E731
+        sample("vllm:request_success_total", 1.0, finished_reason="stop")(t)
+    )
+    assert laguna_metrics(change) == (
+        f'{LAGUNA_PAIR}: vllm:request_success_total{{finished_reason="length"}}: expected a rise '
+        "of at most 11 (the rows that reached their token limit), found 12",
+    )
+
+
+def test_speculation_the_metrics_do_not_export_is_not_applicable_not_invented() -> None:
+    """The tiny teacher's reads judged as if its argv had asked for ngram drafts: neither the
+    counters nor the decode steps they would explain can be checked."""
+    manifest = Manifest.from_path(REPO_ROOT / "manifests" / "tiny-cpu.toml")
+    served = Limits.of(suite_of(TINY), manifest.launch.argv_for("ngram"))
+    findings = metrics_problems(
+        parsed(document(TINY)),
+        text(TINY, BEFORE),
+        text(TINY, AFTER),
+        limits=served,
+        sources=(BEFORE, AFTER),
+    )
+    assert findings == Findings(
+        (), ("speculative decoding and decode steps: a read lacks vllm:spec_decode_* counters",)
+    )
