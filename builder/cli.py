@@ -8,7 +8,7 @@ returns its exit code, so no traceback reaches a user for a bad input; a usage e
 guard's: one line `repro: internal error: <type>: <message>` and exit 3, the traceback only
 under the global `-v`/`--verbose`. The global `-q`/`--quiet` silences progress lines
 (`builder.progress`), never a result or an error; `--version` prints the distribution and its
-version. With `--json`, every error, of any exit code, is also a
+labelled version. With `--json`, every error, of any exit code, is also a
 document on stdout: `{"version": 1, "ok": false, "error": {what, where, expected, found,
 exit_code}}`.
 """
@@ -63,20 +63,40 @@ def _add_globals(parser: argparse.ArgumentParser, default: object) -> None:
     )
 
 
-def _version() -> str:
-    from importlib.metadata import PackageNotFoundError, version
+class _Version(argparse.Action):
+    """`--version`: the distribution and the version of the repro that runs, labelled with the
+    digest of its files (`builder.observe.release`), read only when asked."""
 
-    try:
-        return f"{DISTRIBUTION} {version(DISTRIBUTION)}"
-    except PackageNotFoundError:  # imported from a source tree that was never installed
-        return f"{DISTRIBUTION} (not installed: no version)"
+    def __init__(self, option_strings: Sequence[str], dest: str, **_: object) -> None:
+        super().__init__(
+            option_strings,
+            dest,
+            nargs=0,
+            default=argparse.SUPPRESS,
+            help="show program's version number and exit",
+        )
+
+    def __call__(
+        self,
+        parser: argparse.ArgumentParser,
+        namespace: argparse.Namespace,
+        values: object,
+        option_string: str | None = None,
+    ) -> None:
+        from repro_serving.builder.observe.release import repro_version
+
+        try:
+            print(f"{DISTRIBUTION} {repro_version()}")
+        except ReproError:  # neither a checkout nor installed: its files cannot be named
+            print(f"{DISTRIBUTION} (no version: its files cannot be named)")
+        parser.exit()
 
 
 def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     """The parser of every subcommand's name and summary; `command`'s module alone is imported
     and configures its arguments (`None`: every command's, as documentation tools want)."""
     parser = _Parser(prog="repro", description="Seal, verify and replay LLM serving records.")
-    parser.add_argument("--version", action="version", version=_version())
+    parser.add_argument("--version", action=_Version)
     _add_globals(parser, False)
     sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
     for name in commands.names():

@@ -1,51 +1,143 @@
-"""A bundle's `tools/`, as far as it can be checked offline.
+"""A bundle's `tools/`, member by member, as far as it can be checked offline.
 
-The wheel must be repro's, of the version the lock records, and hold every file its RECORD
-hashes with that hash (pip would refuse it otherwise, after the launcher fetched everything);
-`requirements.txt` must be in the one form repro writes and pin every dependency the wheel
-declares. Whether the package index serves those bytes is for the launcher's pip to find out:
-nothing here asks it.
+The launcher installs what tools/ holds, so whoever holds a signing key the user trusts (the
+example key is public) could seal a repro that runs their code there. Every member of the
+wheel is judged, and each refusal names it (`tools/<wheel>: <member>`), what was expected and
+what was found:
+- its name: relative, `/`-separated, no `..`, backslash, NUL or other control character
+  (judged as written in the archive, before Python's zipfile cuts a name at its NUL); one member
+  per name, even ignoring case; no directory entry (repro's wheels hold none, and one can hide a
+  file of its name); no file that is also the folder of another;
+- what it is: a regular file, no symlink or other type in its mode bits, no setuid, setgid or
+  sticky bit, stored or deflated, not encrypted;
+- where it is: under `repro_serving/` or `repro_serving-<version>.dist-info/` alone: no other
+  top-level package or module, no `.data/` directory (pip installs its scripts, headers and data
+  outside site-packages), no `.pth` file, `sitecustomize.py` or `usercustomize.py` anywhere
+  (the interpreter runs them at every start); in the dist-info only METADATA, WHEEL, RECORD,
+  entry_points.txt, top_level.txt and licenses/;
+- what it says: METADATA names repro-serving of the lock's version; WHEEL states wheel 1.0,
+  `Root-Is-Purelib: true` and the one tag `py3-none-any`; entry_points.txt is exactly repro's
+  (`repro = repro_serving.builder.cli:main` under [console_scripts], nothing else);
+  top_level.txt names repro_serving; RECORD lists every other member once, with its sha256
+  and size, and nothing else;
+- its version names its files: `<release>+g<12 hex>`, the digest of the files under
+  repro_serving/ (`builder.observe.release`); an unlabelled version (a bundle sealed before
+  the label) names no source and is refused. Where the repro that verifies has that very
+  version, the wheel must hold the files it would pack itself, byte for byte: the first member
+  that differs is named. A checkout knows its package's files, not the dist-info setuptools
+  would write (the README is in METADATA, the setuptools pip fetches names itself in WHEEL),
+  so its dist-info is judged by the rules above; an installed repro compares that too.
+
+`requirements.txt` must be in the one form repro writes (`ToolRequirements`: every line
+`name==version --hash=sha256:<hex>`, no option, URL or marker), for repro of the lock's version,
+for the platform the lock states (its host's `<os>-<arch>`, as `sysconfig.get_platform()`
+says it) and, for a built bundle, the release series of the lock's interpreter (an imported
+record's interpreter is the record's, not where its tools run: any series the wheel's
+Requires-Python admits). It pins every Requires-Dist of the wheel whose marker holds there, at
+a version its specifier admits, never repro itself, and, where the lock pins a wheel of the same
+distribution and version for that interpreter and platform, with that wheel's sha256. Whether
+the package index serves those bytes is for the launcher's pip to find out: nothing here asks
+it. Every read is bounded (`WHEEL_LIMIT`, `MEMBER_LIMIT`): a broken archive or a bomb is a
+refusal, never a traceback.
 """
 
 from __future__ import annotations
 
 import base64
+import configparser
 import csv
 import hashlib
 import io
+import re
+import stat
+import struct
 import zipfile
+import zlib
+from collections import Counter
+from collections.abc import Mapping
+from dataclasses import dataclass
+from email.message import Message
 from email.parser import HeaderParser
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 from typing import Final
 
 from packaging.requirements import InvalidRequirement, Requirement
+from packaging.specifiers import InvalidSpecifier, SpecifierSet
+from packaging.version import InvalidVersion, Version
 
+from repro_serving import WHEEL_NAME
 from repro_serving.builder.claims import ClaimCheck
 from repro_serving.builder.documents import read_sealed
 from repro_serving.builder.errors import ReproError
 from repro_serving.builder.lock import EvidenceClass, Lock
+from repro_serving.builder.observe import release
+from repro_serving.builder.observe.installed import installed_members
 from repro_serving.builder.observe.python import normalize
 from repro_serving.builder.observe.tools import PROJECT, ToolRequirements
-from repro_serving.builder.sealing.bundle import REQUIREMENTS_FILE, TOOLS_DIR, wheel_filename
+from repro_serving.builder.sealing.bundle import (
+    REQUIREMENTS_FILE,
+    TOOLS_DIR,
+    path_problem,
+    wheel_filename,
+)
 
 WHEEL_LIMIT: Final = 64 * 1024 * 1024
-"""The most a wheel's members may hold, uncompressed, for its RECORD to be checked."""
+"""The most the wheel may weigh, and the most its members may hold uncompressed, together."""
+MEMBER_LIMIT: Final = 10_000
+"""The most members the wheel may have (repro's has about 150)."""
+NAME_LIMIT: Final = 512
+"""The longest member name judged (repro's longest is under 80 characters)."""
+REQUIREMENTS_LIMIT: Final = 1024 * 1024
+ENTRY_POINTS: Final = {"console_scripts": {"repro": "repro_serving.builder.cli:main"}}
+WHEEL_FIELDS: Final = {"Wheel-Version": "1.0", "Root-Is-Purelib": "true", "Tag": "py3-none-any"}
+"""WHEEL's fields, each stated once; `Generator` may name any tool, nothing else may be there."""
+DIST_INFO_FILES: Final = frozenset(
+    {"METADATA", "WHEEL", "RECORD", "entry_points.txt", "top_level.txt"}
+)
+STARTUP_FILES: Final = frozenset({"sitecustomize.py", "usercustomize.py"})
+FIRST_PIN_LINE: Final = 5
+"""The line of requirements.txt its first pin is on, below the four lines of its header."""
+_NATIVE = re.compile(r"\.(so|pyd|dll|dylib)(\.|$)")
+"""An extension module or a shared library: imported before the module of the same name."""
+_UNREADABLE_ZIP = (
+    zipfile.BadZipFile,
+    zipfile.LargeZipFile,
+    NotImplementedError,
+    RuntimeError,
+    EOFError,
+    ValueError,
+    OSError,
+    zlib.error,
+    struct.error,
+)
+"""What Python's zipfile raises on an archive it cannot read (truncated, corrupt, encrypted, of
+a method it lacks)."""
+
+
+@dataclass(frozen=True)
+class _Wheel:
+    """A wheel's members as read, and where its refusals point."""
+
+    where: str
+    dist_info: str
+    infos: tuple[zipfile.ZipInfo, ...]
+    contents: Mapping[str, bytes]
 
 
 def tools_check(bundle: Path, lock: Lock) -> ClaimCheck:
     version = lock.bundle.repro_version
     claim = f"{TOOLS_DIR}/ = repro {version} and its dependencies pinned by sha256"
+    where = f"{TOOLS_DIR}/{REQUIREMENTS_FILE}"
     try:
-        data = read_sealed(bundle / TOOLS_DIR / REQUIREMENTS_FILE, what="the tools' pins")
-        where = f"{TOOLS_DIR}/{REQUIREMENTS_FILE}"
+        data = read_sealed(bundle / where, what="the tools' pins", limit=REQUIREMENTS_LIMIT)
         requirements = ToolRequirements.from_bytes(data, where=where)
-        wheel = bundle / TOOLS_DIR / wheel_filename(version)
-        problems = _wheel_problems(wheel, version, requirements)
-    except (ReproError, OSError, zipfile.BadZipFile, ValueError) as error:
-        detail = error.diagnostics() if isinstance(error, ReproError) else repr(error)
-        return ClaimCheck(claim, EvidenceClass.SEALED, "unreadable", False, detail[:600])
-    if requirements.repro != version:
-        problems.append(f"{REQUIREMENTS_FILE} is written for repro {requirements.repro}")
+    except ReproError as error:
+        detail = _one_line(error, where if error.where == str(bundle / where) else None)
+        return ClaimCheck(claim, EvidenceClass.SEALED, "unreadable", False, detail)
+    wheel = _read_wheel(bundle / TOOLS_DIR / wheel_filename(version), version)
+    problems = wheel_problems(wheel, version) if isinstance(wheel, _Wheel) else [wheel]
+    headers = _metadata(wheel) if isinstance(wheel, _Wheel) else None
+    problems += requirements_problems(requirements, lock, version, headers)
     value = (
         f"{len(requirements.pins)} dependencies for Python {requirements.python} on "
         f"{requirements.platform}"
@@ -53,52 +145,535 @@ def tools_check(bundle: Path, lock: Lock) -> ClaimCheck:
     return ClaimCheck(claim, EvidenceClass.SEALED, value, not problems, "; ".join(problems)[:600])
 
 
-def _wheel_problems(wheel: Path, version: str, requirements: ToolRequirements) -> list[str]:
-    read_sealed(wheel, what="repro's wheel", limit=WHEEL_LIMIT)  # a regular file, not too large
-    with zipfile.ZipFile(wheel) as archive:
-        members = archive.infolist()
-        if sum(member.file_size for member in members) > WHEEL_LIMIT:
-            return [f"{wheel.name} unpacks to more than {WHEEL_LIMIT} bytes"]
-        metadata = _single(archive, ".dist-info/METADATA")
-        record = _single(archive, ".dist-info/RECORD")
-        if metadata is None or record is None:
-            return [f"{wheel.name} has not one METADATA and one RECORD"]
-        headers = HeaderParser().parsestr(metadata.decode("utf-8").split("\n\n", 1)[0])
-        problems = []
-        if (normalize(headers.get("Name", "")), headers.get("Version")) != (PROJECT, version):
-            found = f"{headers.get('Name')} {headers.get('Version')}"
-            problems.append(f"{wheel.name} is {found}, not {PROJECT} {version}")
-        problems += _record_problems(archive, record.decode("utf-8"))
-    pinned = requirements.pinned()
-    for text in headers.get_all("Requires-Dist") or ():
+def _one_line(error: ReproError, where: str | None = None) -> str:
+    """An error's diagnostics on one line, its place named `where` when given."""
+    parts = [where or error.where, error.what]
+    parts += [
+        error.expected and f"expected {error.expected}",
+        error.found and f"found {error.found}",
+    ]
+    return ": ".join(part for part in parts if part)[:600]
+
+
+def _problem(where: str, what: str, *, expected: str, found: str) -> str:
+    return f"{where}: {what} (expected {expected}; found {found})"
+
+
+# --- the wheel ------------------------------------------------------------------------------------
+
+
+def _read_wheel(path: Path, version: str) -> _Wheel | str:
+    """The wheel's members, each read in full within the limits; a problem naming the wheel
+    when it is no archive that can be read so."""
+    where = f"{TOOLS_DIR}/{path.name}"
+    try:
+        data = read_sealed(path, what="repro's wheel", limit=WHEEL_LIMIT)
+    except ReproError as error:
+        return _one_line(error, where)
+    try:
+        with zipfile.ZipFile(io.BytesIO(data)) as archive:
+            infos = tuple(archive.infolist())
+            if len(infos) > MEMBER_LIMIT:
+                return _problem(
+                    where,
+                    "too many members",
+                    expected=f"at most {MEMBER_LIMIT}",
+                    found=f"{len(infos)}",
+                )
+            unpacked = sum(info.file_size for info in infos)
+            if unpacked > WHEEL_LIMIT:
+                return _problem(
+                    where,
+                    "its members unpack to too much",
+                    expected=f"at most {WHEEL_LIMIT} bytes",
+                    found=f"{unpacked} bytes",
+                )
+            contents = {}
+            for info in infos:
+                if info.flag_bits & 0x1:
+                    return _problem(
+                        f"{where}: {info.filename}",
+                        "encrypted",
+                        expected="plain",
+                        found="encrypted",
+                    )
+                if not info.is_dir():
+                    with archive.open(info) as member:
+                        contents[info.filename] = member.read(info.file_size + 1)
+    except _UNREADABLE_ZIP as error:
+        return _problem(
+            where, "not a zip archive that can be read", expected="a wheel", found=repr(error)[:200]
+        )
+    return _Wheel(where, f"{WHEEL_NAME}-{version.replace('-', '_')}.dist-info", infos, contents)
+
+
+def wheel_problems(wheel: _Wheel, version: str) -> list[str]:
+    problems = _member_problems(wheel)
+    problems += _dist_info_problems(wheel, version)
+    problems += _record_problems(wheel)
+    problems += _source_problems(wheel, version)
+    return problems
+
+
+def _member_problems(wheel: _Wheel) -> list[str]:
+    problems = []
+    seen: Counter[str] = Counter(info.orig_filename.casefold() for info in wheel.infos)
+    files = {info.orig_filename for info in wheel.infos}
+    for info in wheel.infos:
+        problem = _member_problem(info, wheel.dist_info, seen, files)
+        if problem is not None:
+            problems.append(f"{wheel.where}: {info.orig_filename!r}: {problem}")
+    return problems
+
+
+def _member_problem(
+    info: zipfile.ZipInfo, dist_info: str, seen: Mapping[str, int], files: set[str]
+) -> str | None:
+    name = info.orig_filename  # as the archive writes it: zipfile cuts `filename` at a NUL
+    if len(name) > NAME_LIMIT:
+        return f"a name of {len(name)} characters (expected at most {NAME_LIMIT})"
+    mode = info.external_attr >> 16
+    kind = stat.S_IFMT(mode)
+    path = PurePosixPath(name)
+    top = name.split("/", 1)[0]
+    if name.endswith("/"):
+        return "a directory entry (expected files only: a directory entry can hide a file)"
+    why = path_problem(name)
+    if why is not None:
+        return f"a name with {why} (expected a relative path inside site-packages)"
+    if kind == stat.S_IFLNK:
+        return f"a symlink (expected a regular file; its mode is {mode:o})"
+    if kind not in (0, stat.S_IFREG) or mode & (stat.S_ISUID | stat.S_ISGID | stat.S_ISVTX):
+        return f"mode {mode:o} (expected a regular file without setuid, setgid or sticky bits)"
+    if info.compress_type not in (zipfile.ZIP_STORED, zipfile.ZIP_DEFLATED):
+        return f"compressed with method {info.compress_type} (expected stored or deflated)"
+    if seen[name.casefold()] > 1:
+        return "a name held by another member too, ignoring case (expected one member per name)"
+    below = next((str(p) for p in path.parents if str(p) in files), None)
+    if below is not None:
+        return f"a file below the file {below!r} (expected one or the other)"
+    if "__pycache__" in path.parts or path.suffix in (".pyc", ".pyo"):
+        return "bytecode, which the interpreter may run instead of its source (expected none)"
+    if _NATIVE.search(path.name):
+        return "native code, which a py3-none-any wheel holds none of (expected none)"
+    if path.suffix == ".pth":
+        return "a .pth file, which the interpreter runs at every start (expected none)"
+    if path.name in STARTUP_FILES:
+        return "a module the interpreter imports at every start (expected none)"
+    if top.endswith(".data"):
+        return (
+            "a .data directory, whose scripts, headers and data pip installs outside "
+            "site-packages (expected none)"
+        )
+    if top == dist_info:
+        inner = name[len(dist_info) + 1 :]
+        if inner not in DIST_INFO_FILES and not inner.startswith("licenses/"):
+            allowed = ", ".join(sorted(DIST_INFO_FILES))
+            return f"not a file of repro's dist-info (expected {allowed} or licenses/)"
+        return None
+    if top != release.PACKAGE:
+        what = "module" if "/" not in name else "package"
+        return f"an extra top-level {what} (expected {release.PACKAGE}/ and {dist_info}/ alone)"
+    return None
+
+
+def _metadata(wheel: _Wheel) -> Message | None:
+    data = wheel.contents.get(f"{wheel.dist_info}/METADATA")
+    if data is None:
+        return None
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError:
+        return None
+    return HeaderParser().parsestr(text.split("\n\n", 1)[0])
+
+
+def _dist_info_problems(wheel: _Wheel, version: str) -> list[str]:
+    where = f"{wheel.where}: {wheel.dist_info}"
+    problems = [
+        f"{where}/{name}: missing (expected in every wheel)"
+        for name in ("METADATA", "WHEEL", "RECORD", "entry_points.txt")
+        if f"{wheel.dist_info}/{name}" not in wheel.contents
+    ]
+    headers = _metadata(wheel)
+    if headers is None and f"{wheel.dist_info}/METADATA" in wheel.contents:
+        problems.append(f"{where}/METADATA: not UTF-8 (expected the metadata setuptools writes)")
+    if headers is not None:
+        found = (normalize(headers.get("Name", "")), headers.get_all("Version") or [])
+        if found != (PROJECT, [version]):
+            problems.append(
+                _problem(
+                    f"{where}/METADATA",
+                    "another distribution or version",
+                    expected=f"Name {PROJECT}, Version {version}",
+                    found=f"Name {headers.get('Name')}, Version {', '.join(found[1]) or 'none'}",
+                )
+            )
+    problems += _wheel_file_problems(wheel, where)
+    problems += _entry_point_problems(wheel, where)
+    top_level = wheel.contents.get(f"{wheel.dist_info}/top_level.txt")
+    if top_level is not None and top_level.split() != [release.PACKAGE.encode()]:
+        problems.append(
+            _problem(
+                f"{where}/top_level.txt",
+                "other top-level names",
+                expected=release.PACKAGE,
+                found=repr(top_level[:100]),
+            )
+        )
+    return problems
+
+
+def _wheel_file_problems(wheel: _Wheel, where: str) -> list[str]:
+    data = wheel.contents.get(f"{wheel.dist_info}/WHEEL")
+    if data is None:
+        return []
+    headers = HeaderParser().parsestr(data.decode("utf-8", errors="replace"))
+    found = {key: headers.get_all(key) or [] for key in WHEEL_FIELDS}
+    stated = sorted(set(headers.keys()) - set(WHEEL_FIELDS) - {"Generator"})
+    if found == {key: [value] for key, value in WHEEL_FIELDS.items()} and not stated:
+        return []
+    expected = ", ".join(f"{key}: {value}" for key, value in WHEEL_FIELDS.items())
+    shown = [f"{key}: {' / '.join(values) or 'none'}" for key, values in found.items()]
+    shown += [f"{key} (not a field of repro's wheel)" for key in stated]
+    return [
+        _problem(f"{where}/WHEEL", "not a pure wheel", expected=expected, found=", ".join(shown))
+    ]
+
+
+def _entry_point_problems(wheel: _Wheel, where: str) -> list[str]:
+    data = wheel.contents.get(f"{wheel.dist_info}/entry_points.txt")
+    if data is None:
+        return []
+    expected = "[console_scripts] repro = repro_serving.builder.cli:main, nothing else"
+    parser = configparser.ConfigParser(delimiters=("=",), interpolation=None, strict=True)
+    parser.optionxform = str  # type: ignore[assignment, method-assign]
+    try:
+        parser.read_string(data.decode("utf-8"))
+    except (configparser.Error, UnicodeDecodeError) as error:
+        found = str(error).splitlines()[0][:200]
+        return [_problem(f"{where}/entry_points.txt", "unreadable", expected=expected, found=found)]
+    points = {section: dict(parser[section]) for section in parser.sections()}
+    if points == ENTRY_POINTS:
+        return []
+    found = "; ".join(
+        f"[{section}] " + ", ".join(f"{k} = {v}" for k, v in names.items())
+        for section, names in points.items()
+    )
+    return [
+        _problem(
+            f"{where}/entry_points.txt", "other entry points", expected=expected, found=found[:300]
+        )
+    ]
+
+
+def _record_problems(wheel: _Wheel) -> list[str]:
+    record_name = f"{wheel.dist_info}/RECORD"
+    data = wheel.contents.get(record_name)
+    if data is None:
+        return []
+    where = f"{wheel.where}: {record_name}"
+    try:
+        rows = list(csv.reader(io.StringIO(data.decode("utf-8"))))
+    except (UnicodeDecodeError, csv.Error) as error:
+        return [_problem(where, "unreadable", expected="CSV in UTF-8", found=str(error)[:200])]
+    problems = []
+    listed: Counter[str] = Counter(row[0] for row in rows if row)
+    for name, count in sorted(listed.items()):
+        if count > 1:
+            problems.append(f"{where}: lists {name!r} {count} times (expected once)")
+    for row in rows:
+        if not row or row[0] == record_name or listed[row[0]] > 1:
+            continue
+        problem = _row_problem(row, wheel.contents)
+        if problem is not None:
+            problems.append(f"{where}: {row[0]!r}: {problem}")
+    for name in sorted(set(wheel.contents) - set(listed)):
+        problems.append(f"{wheel.where}: {name!r}: not in RECORD (expected every member listed)")
+    return problems
+
+
+def _row_problem(row: list[str], contents: Mapping[str, bytes]) -> str | None:
+    name = row[0]
+    if name not in contents:
+        return "listed in RECORD but not in the wheel (expected a member for each row)"
+    data = contents[name]
+    digest = base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=").decode()
+    expected = [name, f"sha256={digest}", str(len(data))]
+    if row != expected:
+        return f"its row reads {','.join(row)[:200]!r} (expected {','.join(expected)!r})"
+    return None
+
+
+def _source_problems(wheel: _Wheel, version: str) -> list[str]:
+    """Its version names its files: the label is their digest, and the wheel holds what the
+    repro that verifies would pack where it has that very version."""
+    package = {
+        name: data for name, data in wheel.contents.items() if release.is_package_member(name)
+    }
+    label = release.parse_label(version)
+    if label is None:
+        return [
+            _problem(
+                wheel.where,
+                f"repro {version} names no source",
+                expected=f"a version <release>+g<{release.LABEL_DIGITS} hex>, the digest of "
+                f"its {release.PACKAGE}/ files, as repro writes since it labels its version: "
+                "seal the bundle again",
+                found=version,
+            )
+        ]
+    try:
+        own = release.repro_version()
+    except ReproError:
+        own = None
+    if own == version:
+        return _compared(wheel, version)
+    found = release.files_digest(package)
+    if found != label[1]:
+        return [
+            _problem(
+                f"{wheel.where}: {release.PACKAGE}/",
+                f"files that are not those repro {version} names",
+                expected=f"files digesting to g{label[1]}",
+                found=f"files digesting to g{found}",
+            )
+        ]
+    return []
+
+
+def _compared(wheel: _Wheel, version: str) -> list[str]:
+    """The first member in which the wheel differs from the one this repro, of the same version,
+    would pack."""
+    try:
+        own = _own_members(version)
+    except ReproError as error:
+        problem = _one_line(error)
+        return [f"{wheel.where}: cannot be compared with this repro of the same version: {problem}"]
+    # a checkout's own members are its package's files: the dist-info is compared where known
+    packs_dist_info = any(name.startswith(f"{wheel.dist_info}/") for name in own)
+    theirs = {
+        name: data
+        for name, data in wheel.contents.items()
+        if (packs_dist_info or release.is_package_member(name))
+        and name != f"{wheel.dist_info}/RECORD"
+    }
+    for name in sorted(own.keys() | theirs.keys()):
+        mine, its = own.get(name), theirs.get(name)
+        if mine == its:
+            continue
+        return [
+            _problem(
+                f"{wheel.where}: {name}",
+                f"not the member this repro {version}, of the same version, packs",
+                expected=_shown(mine),
+                found=_shown(its),
+            )
+        ]
+    return []
+
+
+def _shown(data: bytes | None) -> str:
+    if data is None:
+        return "no such member"
+    return f"sha256 {hashlib.sha256(data).hexdigest()[:16]}…, {len(data)} bytes"
+
+
+def _own_members(version: str) -> dict[str, bytes]:
+    """The members this repro packs into its own wheel, RECORD aside: a checkout's package
+    files (its dist-info is setuptools' to write), an installed repro's every file."""
+    package = release.running_package()
+    if package.checkout is not None:
+        return release.read_files(package.files)
+    return dict(installed_members(PROJECT, version))
+
+
+# --- requirements.txt -----------------------------------------------------------------------------
+
+
+def requirements_problems(
+    requirements: ToolRequirements, lock: Lock, version: str, headers: Message | None
+) -> list[str]:
+    where = f"{TOOLS_DIR}/{REQUIREMENTS_FILE}"
+    problems = []
+    if requirements.repro != version:
+        problems.append(
+            _problem(
+                f"{where}:1",
+                "written for another repro",
+                expected=version,
+                found=requirements.repro,
+            )
+        )
+    for line, field, value, wanted in (
+        (3, "python", requirements.python, _stated_python(lock, headers)),
+        (4, "platform", requirements.platform, _stated_platform(lock)),
+    ):
+        if value not in wanted.values:
+            problems.append(
+                _problem(f"{where}:{line}", f"another {field}", expected=wanted.text, found=value)
+            )
+    problems += _pin_problems(requirements, lock, where)
+    if headers is not None:
+        problems += _required_problems(requirements, headers, where)
+    return problems
+
+
+@dataclass(frozen=True)
+class _Wanted:
+    """What a field of requirements.txt may say, and how a refusal words it."""
+
+    values: frozenset[str]
+    text: str
+
+
+def _stated_platform(lock: Lock) -> _Wanted:
+    """The platform the tools must run on: the lock's host, as `sysconfig.get_platform()`
+    names it (`linux-x86_64`), where `launch` refuses any other os or arch."""
+    os_name = lock.host.enforced.os or lock.host.facts.os
+    arch = lock.host.enforced.arch or lock.host.facts.arch
+    if not (os_name and arch):
+        return _Wanted(frozenset(), "the lock's host os and arch, which it does not state")
+    return _Wanted(frozenset({f"{os_name}-{arch}"}), f"{os_name}-{arch}, the lock's host")
+
+
+def _stated_python(lock: Lock, headers: Message | None) -> _Wanted:
+    """The interpreter series the tools must run on: a built bundle's lock interpreter's, which
+    `launch` restores the serving venv with; for an imported record, whose interpreter is the
+    record's, any the wheel's Requires-Python admits."""
+    if lock.record is None:
+        series = _series(lock.python.interpreter)
+        return _Wanted(
+            frozenset({series}), f"{series}, of the lock's Python {lock.python.interpreter}"
+        )
+    requires = str(headers.get("Requires-Python", "")) if headers is not None else ""
+    try:
+        specifier = SpecifierSet(requires)
+    except InvalidSpecifier:
+        specifier = SpecifierSet("==0")
+    admitted = frozenset(f"3.{minor}" for minor in range(40) if f"3.{minor}" in specifier)
+    return _Wanted(admitted, f"a series the wheel's Requires-Python {requires!r} admits")
+
+
+def _series(interpreter: str) -> str:
+    return ".".join(interpreter.split(".")[:2])
+
+
+def _pin_problems(requirements: ToolRequirements, lock: Lock, where: str) -> list[str]:
+    problems = []
+    series = _series(lock.python.interpreter)
+    # the lock's wheels are for its interpreter on its host: the tools' too, for a built bundle
+    same_target = lock.record is None and requirements.python == series
+    for line, pin in enumerate(requirements.pins, start=FIRST_PIN_LINE):
+        here = f"{where}:{line}"
+        if not _valid(pin.version):
+            problems.append(
+                _problem(
+                    here, f"{pin.name}: no version", expected="a PEP 440 version", found=pin.version
+                )
+            )
+            continue
+        if normalize(pin.name) == PROJECT:
+            problems.append(
+                _problem(
+                    here,
+                    "repro itself pinned",
+                    expected=f"repro from {TOOLS_DIR}/ alone",
+                    found=f"{pin.name}=={pin.version}",
+                )
+            )
+        locked = lock.python.artifacts.get(normalize(pin.name)) if same_target else None
+        if locked is not None and locked.version == pin.version and locked.sha256 != pin.sha256:
+            problems.append(
+                _problem(
+                    here,
+                    f"{pin.name}=={pin.version}: another wheel than the lock's, for the same "
+                    "interpreter and platform",
+                    expected=f"sha256:{locked.sha256} ({locked.filename})",
+                    found=f"sha256:{pin.sha256}",
+                )
+            )
+    return problems
+
+
+def _valid(version: str) -> bool:
+    try:
+        Version(version)
+    except InvalidVersion:
+        return False
+    return True
+
+
+def _required_problems(requirements: ToolRequirements, headers: Message, where: str) -> list[str]:
+    """Every Requires-Dist of the wheel that holds where the tools run is pinned, at a version
+    its specifier admits."""
+    problems = []
+    environment = _marker_environment(requirements)
+    lines = {
+        normalize(pin.name): (line, pin)
+        for line, pin in enumerate(requirements.pins, start=FIRST_PIN_LINE)
+    }
+    for text in map(str, headers.get_all("Requires-Dist") or ()):
         try:
             requirement = Requirement(text)
         except InvalidRequirement:
-            problems.append(f"{wheel.name} declares a malformed requirement {text!r}")
+            problems.append(
+                f"{where}: the wheel's METADATA declares a malformed requirement {text!r}"
+            )
             continue
-        if requirement.marker is None and normalize(requirement.name) not in pinned:
-            problems.append(f"{requirement.name}, which repro needs, is not pinned")
-    return problems
-
-
-def _single(archive: zipfile.ZipFile, suffix: str) -> bytes | None:
-    names = [name for name in archive.namelist() if name.endswith(suffix) and name.count("/") == 1]
-    return archive.read(names[0]) if len(names) == 1 else None
-
-
-def _record_problems(archive: zipfile.ZipFile, record: str) -> list[str]:
-    problems = []
-    hashed = {row[0]: row[1] for row in csv.reader(io.StringIO(record)) if len(row) >= 2 and row[1]}
-    for name in sorted(set(archive.namelist()) - set(hashed)):
-        if not name.endswith(".dist-info/RECORD") and not name.endswith("/"):
-            problems.append(f"{name} is in the wheel but not in its RECORD")
-    for name, expected in sorted(hashed.items()):
+        if requirement.url:
+            problems.append(
+                _problem(
+                    where,
+                    f"the wheel requires {requirement.name} by URL",
+                    expected="a requirement by name and version",
+                    found=text,
+                )
+            )
+            continue
         try:
-            data = archive.read(name)
-        except KeyError:
-            problems.append(f"{name} is in the wheel's RECORD but not in the wheel")
+            applies = requirement.marker is None or requirement.marker.evaluate(environment)
+        except ValueError as error:  # packaging's undefined comparisons and names
+            problems.append(f"{where}: the marker of {text!r} cannot be evaluated: {error}")
             continue
-        digest = base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=").decode()
-        if expected != f"sha256={digest}":
-            problems.append(f"{name} is not the bytes the wheel's RECORD hashes")
+        if not applies:
+            continue
+        found = lines.get(normalize(requirement.name))
+        if found is None:
+            problems.append(
+                _problem(
+                    where,
+                    f"{requirement.name}, which repro requires ({text}), is not pinned",
+                    expected=f"a line {requirement.name}==<version> --hash=sha256:<64 hex>",
+                    found="none",
+                )
+            )
+            continue
+        line, pin = found
+        if not _valid(pin.version):
+            continue  # refused as such by its line
+        if not requirement.specifier.contains(pin.version, prereleases=True):
+            problems.append(
+                _problem(
+                    f"{where}:{line}",
+                    f"{pin.name}=={pin.version} is not what repro requires",
+                    expected=f"{requirement.name}{requirement.specifier}",
+                    found=pin.version,
+                )
+            )
     return problems
+
+
+def _marker_environment(requirements: ToolRequirements) -> dict[str, str]:
+    """Requirement markers' variables where the tools run: their Python and platform."""
+    system, _, machine = requirements.platform.partition("-")
+    return {
+        "python_version": requirements.python,
+        "sys_platform": system,
+        "platform_system": system.capitalize(),
+        "platform_machine": machine,
+        "os_name": "posix",
+        "implementation_name": "cpython",
+        "platform_python_implementation": "CPython",
+        "extra": "",
+    }

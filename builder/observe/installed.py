@@ -9,7 +9,9 @@ generated outside site-packages (`../../../bin/repro`, rebuilt by pip from entry
 bytecode and pip's own records (INSTALLER, REQUESTED, direct_url.json, RECORD) left out, and a
 RECORD written anew. Entries are sorted and stamped 1980-01-01, so the same installed files
 always give the same bytes. The wheel installs the same files as the one pip installed; its
-bytes need not be that wheel's.
+bytes need not be that wheel's. Its version is the labelled one of the repro that runs
+(`builder.observe.release`): a repro pip built from its source without the label has its
+dist-info folder and METADATA's Version written for it.
 """
 
 from __future__ import annotations
@@ -63,8 +65,29 @@ def packed_files(rows: Iterable[tuple[str, str, str]]) -> list[InstalledFile]:
     return sorted(files, key=lambda f: f.name)
 
 
-def pack_installed(distribution: str, wheel: Path) -> Path:
-    """`distribution`'s installed files packed into `wheel` (a path named as PEP 427 says)."""
+def pack_installed(distribution: str, version: str, wheel: Path) -> Path:
+    """`distribution`'s installed files packed into `wheel` (a path named as PEP 427 says), a
+    wheel of `version` (`installed_members`)."""
+    members = installed_members(distribution, version)
+    lines = io.StringIO()
+    rows_out = csv.writer(lines, lineterminator="\n")
+    wheel.parent.mkdir(parents=True, exist_ok=True)
+    with zipfile.ZipFile(wheel, "w", compression=zipfile.ZIP_DEFLATED) as archive:
+        for name, data in members:
+            _write(archive, name, data)
+            rows_out.writerow((name, f"sha256={_record_digest(data)}", len(data)))
+        record = f"{_dist_info(members)}/RECORD"
+        rows_out.writerow((record, "", ""))
+        _write(archive, record, lines.getvalue().encode())
+    return wheel
+
+
+def installed_members(distribution: str, version: str) -> list[tuple[str, bytes]]:
+    """(name, bytes) of every member but RECORD of `distribution`'s wheel of `version`, packed
+    again from its installed files, sorted by name: each file RECORD names read once and checked
+    against its row. A repro pip built from its source is installed under its release alone,
+    which names no source (`builder.observe.release`): its dist-info folder and the Version of
+    its METADATA are then written for `version`, what its files are."""
     try:
         installed = metadata.distribution(distribution)
     except metadata.PackageNotFoundError as error:
@@ -79,26 +102,45 @@ def pack_installed(distribution: str, wheel: Path) -> Path:
     files = packed_files((name, digest, size) for name, digest, size in rows)
     site = Path(str(installed.locate_file("")))
     dist_info = next(PurePosixPath(f.name).parts[0] for f in files if ".dist-info/" in f.name)
-    lines = io.StringIO()
-    rows_out = csv.writer(lines, lineterminator="\n")
-    wheel.parent.mkdir(parents=True, exist_ok=True)
-    with zipfile.ZipFile(wheel, "w", compression=zipfile.ZIP_DEFLATED) as archive:
-        for file in files:
-            data = (site / file.name).read_bytes()
-            digest = _record_digest(data)
-            if (digest, len(data)) != (file.sha256, file.size):
-                raise NotObservable(
-                    "an installed file of repro differs from what its wheel installed",
-                    where=str(site / file.name),
-                    expected=f"sha256={file.sha256}, {file.size} bytes (RECORD)",
-                    found=f"sha256={digest}, {len(data)} bytes",
-                    hint=f"reinstall {distribution}",
-                )
-            _write(archive, file.name, data)
-            rows_out.writerow((file.name, f"sha256={digest}", len(data)))
-        rows_out.writerow((f"{dist_info}/RECORD", "", ""))
-        _write(archive, f"{dist_info}/RECORD", lines.getvalue().encode())
-    return wheel
+    renamed = f"{dist_info.split('-', 1)[0]}-{version.replace('-', '_')}.dist-info"
+    members = []
+    for file in files:
+        data = (site / file.name).read_bytes()
+        digest = _record_digest(data)
+        if (digest, len(data)) != (file.sha256, file.size):
+            raise NotObservable(
+                "an installed file of repro differs from what its wheel installed",
+                where=str(site / file.name),
+                expected=f"sha256={file.sha256}, {file.size} bytes (RECORD)",
+                found=f"sha256={digest}, {len(data)} bytes",
+                hint=f"reinstall {distribution}",
+            )
+        name = file.name
+        if installed.version != version and name.startswith(f"{dist_info}/"):
+            name = renamed + name[len(dist_info) :]
+            if name == f"{renamed}/METADATA":
+                data = _versioned(data, installed.version, version, where=str(site / file.name))
+        members.append((name, data))
+    return sorted(members)
+
+
+def _dist_info(members: list[tuple[str, bytes]]) -> str:
+    return next(PurePosixPath(name).parts[0] for name, _ in members if ".dist-info/" in name)
+
+
+def _versioned(metadata_file: bytes, old: str, new: str, *, where: str) -> bytes:
+    """METADATA with its one `Version: old` header written `Version: new`."""
+    head, separator, body = metadata_file.partition(b"\n\n")
+    lines = head.split(b"\n")
+    stated = [number for number, line in enumerate(lines) if line.startswith(b"Version:")]
+    if len(stated) != 1 or lines[stated[0]] != f"Version: {old}".encode():
+        raise NotObservable(
+            "the installed repro's METADATA does not state its version once",
+            where=where,
+            expected=f"one header Version: {old}",
+        )
+    lines[stated[0]] = f"Version: {new}".encode()
+    return b"\n".join(lines) + separator + body
 
 
 def _record_digest(data: bytes) -> str:

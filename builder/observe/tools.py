@@ -6,6 +6,8 @@ copy of the source tree the running repro is imported from (pyproject.toml, the 
 and the packages it lists), with SOURCE_DATE_EPOCH fixed, so that the same source gives the same
 bytes. A repro installed from a wheel has no source tree: its installed files, each checked
 against the RECORD pip wrote, are packed again into its wheel (`builder.observe.installed`).
+Either way the wheel's version is the labelled one of the repro that runs
+(`builder.observe.release`), naming the files it packs.
 
 Its dependencies are the closure of the running repro's `Requires-Dist` (each marker evaluated
 for this interpreter, no extra), at the versions installed here, each resolved to its wheel
@@ -41,8 +43,14 @@ from repro_serving.builder.errors import BadInput, NotObservable
 from repro_serving.builder.observe.artifacts import resolve_artifacts
 from repro_serving.builder.observe.installed import pack_installed
 from repro_serving.builder.observe.python import Distribution, distributions, normalize
+from repro_serving.builder.observe.release import (
+    files_digest,
+    is_package_member,
+    labelled,
+    repro_version,
+    source_tree,
+)
 from repro_serving.builder.sealing.bundle import REQUIREMENTS_FILE, wheel_filename
-from repro_serving.builder.sealing.statement import repro_version
 
 PROJECT: Final = DISTRIBUTION
 WHEEL_TIMEOUT_S: Final = 600.0
@@ -161,45 +169,30 @@ def build_tools(directory: Path) -> ReproTools:
     """The running repro's wheel and its pinned dependencies, written into `directory`; refused,
     saying why, when either cannot be made."""
     directory.mkdir(parents=True, exist_ok=True)
+    version = repro_version()
     source = source_tree()
     if source is not None:
-        wheel = build_wheel(source, directory / "wheel")
+        wheel = build_wheel(source, directory / "wheel", version)
     else:
-        wheel = pack_installed(PROJECT, directory / "wheel" / wheel_filename(repro_version()))
+        wheel = pack_installed(PROJECT, version, directory / "wheel" / wheel_filename(version))
     python, platform = this_interpreter()
     pins = pinned_dependencies(wheel_requires(wheel))
-    requirements = ToolRequirements(
-        repro=repro_version(), python=python, platform=platform, pins=pins
-    )
+    requirements = ToolRequirements(repro=version, python=python, platform=platform, pins=pins)
     path = directory / REQUIREMENTS_FILE
     path.write_bytes(requirements.to_bytes())
     return ReproTools(wheel, path)
 
 
-def source_tree() -> Path | None:
-    """The directory holding the pyproject.toml of the repro that runs (a checkout); None for a
-    repro installed from a wheel, which has none."""
-    import repro_serving
-
-    # a checkout's repro_serving/ is a folder of the source tree, beside pyproject.toml
-    root = Path(repro_serving.__file__).parents[1]
-    project = root / "pyproject.toml"
-    name = None
-    if project.is_file():
-        try:
-            name = tomllib.loads(project.read_text("utf-8")).get("project", {}).get("name")
-        except (tomllib.TOMLDecodeError, UnicodeDecodeError):
-            name = None
-    return root if name == PROJECT else None
-
-
-def build_wheel(source: Path, out: Path) -> Path:
-    """`pip wheel --no-deps` of a copy of `source`'s packaging files, deterministic."""
+def build_wheel(source: Path, out: Path, version: str) -> Path:
+    """`pip wheel --no-deps` of a copy of `source`'s packaging files, deterministic, as the
+    wheel of `version`: the labelled version of those files (`builder.observe.release`), which
+    the copy of pyproject.toml states instead of the release alone."""
     staging = out / "source"
     shutil.rmtree(out, ignore_errors=True)
-    project = tomllib.loads((source / "pyproject.toml").read_text("utf-8"))
+    text = (source / "pyproject.toml").read_text("utf-8")
+    project = tomllib.loads(text)
     staging.mkdir(parents=True)
-    shutil.copy2(source / "pyproject.toml", staging / "pyproject.toml")
+    (staging / "pyproject.toml").write_text(_stating(text, project, version, source), "utf-8")
     readme = project.get("project", {}).get("readme")
     if isinstance(readme, str) and (source / readme).is_file():
         shutil.copy2(source / readme, staging / readme)
@@ -230,11 +223,36 @@ def build_wheel(source: Path, out: Path) -> Path:
     if done.returncode != 0:
         lines = [line for line in done.stderr.splitlines() if line.strip()]
         raise _no_wheel(source, f"exit {done.returncode}: {lines[-1] if lines else 'no output'}")
-    expected = out / wheel_filename(repro_version())
+    expected = out / wheel_filename(version)
     built = sorted(p.name for p in out.glob("*.whl"))
     if built != [expected.name]:
         raise _no_wheel(source, f"pip built {', '.join(built) or 'nothing'}, not {expected.name}")
+    packed = _package_digest(expected)
+    if labelled(_release(version), packed) != version:
+        # the files setuptools packed are not those the label digests: the two disagree on
+        # what the package is, and the wheel would name another source than its own
+        raise _no_wheel(source, f"its files digest to g{packed}, not to the label of {version}")
     return expected
+
+
+def _release(version: str) -> str:
+    return version.split("+", 1)[0]
+
+
+def _stating(text: str, project: dict[str, object], version: str, source: Path) -> str:
+    """pyproject.toml's text with its project version written as `version`."""
+    table = project.get("project", {})
+    release = table.get("version") if isinstance(table, dict) else None
+    line = re.compile(rf'^version = "{re.escape(str(release))}"$', re.MULTILINE)
+    if len(line.findall(text)) != 1:
+        raise _no_wheel(source, f'pyproject.toml has not one line version = "{release}"')
+    return line.sub(f'version = "{version}"', text)
+
+
+def _package_digest(wheel: Path) -> str:
+    with zipfile.ZipFile(wheel) as archive:
+        files = {name: archive.read(name) for name in archive.namelist() if is_package_member(name)}
+    return files_digest(files)
 
 
 def _package_dirs(project: dict[str, object]) -> list[str]:

@@ -51,7 +51,6 @@ from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Iterable, Mapping
-from importlib.metadata import version
 from typing import Annotated, Final, Literal, Self
 from urllib.parse import quote
 
@@ -63,6 +62,7 @@ from repro_serving.builder.canonical import canonical_json
 from repro_serving.builder.documents import validate_document
 from repro_serving.builder.errors import BadInput
 from repro_serving.builder.lock import Lock
+from repro_serving.builder.observe import release
 from repro_serving.builder.readers import parse_json
 from repro_serving.builder.sealing.bundle import (
     KERNEL_SETS_DIR,
@@ -298,7 +298,8 @@ class GateResultsStatement(_Statement):
 
 
 def repro_version() -> str:
-    return version(DISTRIBUTION)
+    """The version of the repro that runs, labelled with its files' digest (`observe.release`)."""
+    return release.repro_version()
 
 
 def _subjects(digests: Mapping[str, str]) -> tuple[Subject, ...]:
