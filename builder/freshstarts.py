@@ -19,6 +19,7 @@ holder of the key; that the clock of the host was right.
 from __future__ import annotations
 
 import itertools
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Final
@@ -81,6 +82,13 @@ def _one_start(start: StartEvidence, repro_pid: int | None) -> list[str]:
     ]
     if missing:
         problems.append(f"{at}/teardown.json: {', '.join(missing)}: expected, found absent")
+    negative = [
+        f"{name} {value}"
+        for name, value in (("seconds", teardown.seconds), ("log_bytes", teardown.log_bytes))
+        if value is not None and value < 0
+    ]
+    if negative:
+        problems.append(f"{at}/teardown.json: {', '.join(negative)}: expected not negative")
     audited = {p.pid for p in start.processes}
     if not audited <= set(teardown.pids):
         left = sorted(audited - set(teardown.pids))
@@ -161,6 +169,13 @@ def _server_problems(
             f"found {server.pid}"
         )
     root = next((p for p in start.processes if p.pid == start.root_pid), None)
+    if repro_pid is not None and repro_pid in {p.pid for p in start.processes}:
+        problems.append(
+            f"{at}/audit: pid {repro_pid}: expected the repro that ran the stack (run.json "
+            "repro_pid) outside the tree it audited, found it in the tree"
+        )
+    if server.ready_after_s < 0:
+        problems.append(f"{at}/server.json: ready_after_s {server.ready_after_s}: expected >= 0")
     if repro_pid is not None and root is not None and root.ppid != repro_pid:
         problems.append(
             f"{at}/audit: pid {root.pid} ppid: expected {repro_pid}, the repro that ran it "
@@ -203,6 +218,12 @@ def _apart(earlier: StartEvidence, later: StartEvidence) -> list[str]:
                 f"{at}/audit: started_at of pids {early}: expected after {earlier.where}'s "
                 f"teardown ended at {ended}"
             )
+    named = _pids_named(later.log) & {p.pid for p in earlier.processes}
+    if named:
+        problems.append(
+            f"{at}/server.log: expected the log of its own processes, found pids "
+            f"{sorted(named)} of {earlier.where}'s tree"
+        )
     shared = {(p.pid, p.started_at) for p in earlier.processes} & {
         (p.pid, p.started_at) for p in later.processes
     }
@@ -218,6 +239,15 @@ def _apart(earlier: StartEvidence, later: StartEvidence) -> list[str]:
             f"arrival time equal to {earlier.where}'s"
         )
     return problems
+
+
+PID_NAMED = re.compile(rb"\bpid[= ](\d+)|process \[(\d+)\]")
+"""How a serving stack's log names a process: vLLM's `(EngineCore pid=8146)`, uvicorn's
+`Started server process [8042]`."""
+
+
+def _pids_named(log: bytes) -> set[int]:
+    return {int(a or b) for a, b in PID_NAMED.findall(log)}
 
 
 def _timings(rows: Sequence[OracleRow]) -> list[tuple[float, tuple[float, ...]]]:

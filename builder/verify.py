@@ -58,7 +58,7 @@ from repro_serving.builder.sealing.statement import (
     gate_results_statement,
     resolved_dependencies,
 )
-from repro_serving.launch import metrics, quality
+from repro_serving.launch import consistency, metrics, quality
 from repro_serving.launch.cluster import NodesDocument
 from repro_serving.launch.evidence import (
     OracleRow,
@@ -312,6 +312,7 @@ LIVE_RUN_STAGES: tuple[tuple[str, Callable[[_Recomputing], list[ClaimCheck]]], .
     ("content", lambda r: [_content_check(r.sealed, r.handoff)]),
     ("oracle", lambda r: _oracle_checks(r.sealed, r.rows, taught_here=r.taught)),
     ("fresh starts", lambda r: _fresh_start_checks(r.sealed, r.rows)),
+    ("rows and metrics", lambda r: _consistency_checks(r.sealed)),
     ("live audits", lambda r: _audit_checks(r.sealed)),
     ("native.roles", lambda r: [_native_check(r.sealed)]),
     ("native.dispatch", lambda r: [_dispatch_check(r.sealed)]),
@@ -319,7 +320,7 @@ LIVE_RUN_STAGES: tuple[tuple[str, Callable[[_Recomputing], list[ClaimCheck]]], .
     ("gates", lambda r: [_gates_check(r.sealed)]),
     ("quality", lambda r: [_quality_check(r.sealed, r.rows)]),
     ("observations", lambda r: _observed_checks(r.sealed)),
-    ("lock anchors", lambda r: _anchored_checks(r.sealed)),
+    ("lock anchors", lambda r: _anchored_checks(r.sealed, taught=r.taught)),
 )
 """The fixed pipeline of a live run's claims, in order: each stage a pure function of the
 sealed files; a stage whose evidence cannot be read fails alone, naming it, and every later
@@ -520,6 +521,69 @@ def _fresh_start_checks(sealed: OpenedBundle, first: tuple[OracleRow, ...]) -> l
             "fresh starts (each one tree, torn down with proof; none a copy of another)",
             EvidenceClass.SEALED,
             f"{sealed.manifest.oracle.gates.fresh_starts} start(s), {len(starts)} tree(s)",
+            not problems,
+            _shown(problems),
+        )
+    )
+    return checks
+
+
+def _consistency_checks(sealed: OpenedBundle) -> list[ClaimCheck]:
+    """Each start's rows against themselves and the suite, its `/metrics` reads against its
+    rows (`launch.consistency`), and every start's rows against start 1's: the same prompt
+    tokenizes alike, the same token ids decode to the same text."""
+    manifest, suite = sealed.manifest, sealed.suite
+    limits = consistency.Limits.of(suite, sealed.lock.launch.argv)
+    gated = manifest.oracle.gates.cached_tokens_zero
+    checks = []
+    starts = []
+    for start in range(1, manifest.oracle.gates.fresh_starts + 1):
+        where = f"{bundle.EVIDENCE_DIR}/start-{start}"
+        rows = _rows(sealed, start)
+        starts.append((f"{where}/{ROWS_FILE}", rows))
+        found = consistency.rows_problems(
+            suite, rows, where=f"{where}/{ROWS_FILE}", limits=limits, cached_tokens_gated=gated
+        )
+        problems = list(found.problems)
+        before = _text(sealed.evidence(f"start-{start}/{METRICS_BEFORE}"))
+        after = _text(sealed.evidence(f"start-{start}/{METRICS_AFTER}"))
+        if before is None or after is None:
+            problems.append(f"{where}: expected /metrics read before and after, found none")
+        else:
+            sources = (f"{where}/{METRICS_BEFORE}", f"{where}/{METRICS_AFTER}")
+            read = consistency.metrics_problems(rows, before, after, limits=limits, sources=sources)
+            problems += read.problems
+            found = consistency.Findings(
+                found.problems, (*found.not_applicable, *read.not_applicable)
+            )
+        value = f"{len(rows)} rows of {len(suite.prompts)} prompts"
+        if found.not_applicable:
+            value += f"; not checkable: {len(found.not_applicable)}"
+        checks.append(
+            ClaimCheck(
+                f"start-{start} rows = their suite, their counts and their /metrics",
+                EvidenceClass.SEALED,
+                value,
+                not problems,
+                _shown(problems),
+            )
+        )
+    problems = consistency.starts_problems(starts)
+    first = {row.prompt_id: row for row in starts[0][1]} if starts else {}
+    for where, rows in starts[1:]:
+        problems += [
+            f"{where}: row {row.prompt_id} text_sha256 {row.text_sha256}: expected "
+            f"{first[row.prompt_id].text_sha256}, start 1's for the same token ids"
+            for row in rows
+            if row.prompt_id in first
+            and row.token_ids == first[row.prompt_id].token_ids
+            and row.text_sha256 != first[row.prompt_id].text_sha256
+        ]
+    checks.append(
+        ClaimCheck(
+            "every start's rows = start 1's prompts and texts",
+            EvidenceClass.SEALED,
+            f"{len(starts)} start(s)",
             not problems,
             _shown(problems),
         )
@@ -789,7 +853,10 @@ def recompute_verdicts(sealed: OpenedBundle) -> tuple[Verdict, ...]:
                 TeardownDocument, directory / TEARDOWN_FILE, what="the teardown's record"
             )
             log = _log(sealed, start, rank)
-            logs.append(server_log_verdict(start, log, teardown.log_bytes, rank=rank))
+            answered = 0 if rank else len(_rows(sealed, start))
+            logs.append(
+                server_log_verdict(start, log, teardown.log_bytes, answered=answered, rank=rank)
+            )
     return (*verdicts, *audits, *logs)
 
 
@@ -887,7 +954,7 @@ def _observed_checks(sealed: OpenedBundle) -> list[ClaimCheck]:
     return checks
 
 
-def _anchored_checks(sealed: OpenedBundle) -> list[ClaimCheck]:
+def _anchored_checks(sealed: OpenedBundle, *, taught: bool = True) -> list[ClaimCheck]:
     """Every lock value taken from a sealed file, checked equal to that file: the manifest
     (bundle, model pins, source pins, launch, enforced host facts, kernel sets), the build's
     observations (interpreter, source state, RECORD checks) and the run record (profile)."""
@@ -958,6 +1025,11 @@ def _anchored_checks(sealed: OpenedBundle) -> list[ClaimCheck]:
             "run.json bundle, suite, fresh_starts = the lock's and the manifest's",
             (run.bundle, run.suite, run.fresh_starts),
             (lock.bundle.name, sealed.suite.name, manifest.oracle.gates.fresh_starts),
+        ),
+        (
+            "run.json manifest and teacher = the lock's (a bundle captures its teacher)",
+            (run.manifest, run.teacher is None) if taught else (None, None),
+            (lock.bundle.manifest_path, True) if taught else (None, None),
         ),
         (
             "run.json port = each start's server.json port",

@@ -205,7 +205,13 @@ class RunDocument(_Record):
     repro_pid: int
 
 
-class ServerDocument(_Record):
+class _Timed(BaseModel):
+    """A record of times and counts: NaN and infinity are no time."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid", allow_inf_nan=False)
+
+
+class ServerDocument(_Timed):
     """`start-N/server.json`: the started tree's group leader, where it answered, and when it
     was spawned and ready (seconds since the epoch, the clock of process start times)."""
 
@@ -217,7 +223,7 @@ class ServerDocument(_Record):
     ready_at: float | None = None
 
 
-class TeardownDocument(_Record):
+class TeardownDocument(_Timed):
     """`start-N/teardown.json` (and a rank's): the tree torn down with proof (`proven`), or
     why not (`error`); every pid it held, those that needed SIGKILL, when teardown began and
     ended, and how many bytes of the server's log were written before it began."""

@@ -692,6 +692,8 @@ CRASH_MARKERS: Final = (
     "SIGILL",
     "Segmentation fault",
     "core dumped",
+    "EngineDeadError",
+    "encountered an issue",
 )
 """What a process of the stack writes when it crashes: none may appear while the stack served
 (a shutdown's own traceback, after teardown began, is not the run's)."""
@@ -701,13 +703,22 @@ def server_log_gate(start: int, rank: int = 0) -> str:
     return f"{SERVER_LOG_GATE}:start-{start}" + (f":rank-{rank}" if rank else "")
 
 
-def server_log_verdict(start: int, log: bytes, served: int | None, *, rank: int = 0) -> Verdict:
-    """A start's log (one rank's): not empty, and no crash in what the stack wrote before
-    teardown began (`served` bytes, `teardown.json` log_bytes; the whole log when unknown)."""
+SUITE_REQUEST = re.compile(rb'"POST /v1/(?:chat/)?completions HTTP/[0-9.]+" 200')
+"""An access-log line of an answered suite request (uvicorn's, as vLLM's API server logs it)."""
+
+
+def server_log_verdict(
+    start: int, log: bytes, served: int | None, *, answered: int = 0, rank: int = 0
+) -> Verdict:
+    """A start's log (one rank's): not empty, text, no crash in what the stack wrote before
+    teardown began (`served` bytes, `teardown.json` log_bytes; the whole log when unknown), and
+    where the server logs its requests, the `answered` suite requests logged in that part."""
     gate = server_log_gate(start, rank)
     if not log:
         return _verdict(gate, False, "the server wrote no log")
     written = log[: len(log) if served is None else served]
+    if b"\0" in written:
+        return _verdict(gate, False, "the log written while serving holds NUL bytes: not text")
     text = written.decode(errors="replace")
     found = [
         (number, marker)
@@ -719,6 +730,13 @@ def server_log_verdict(start: int, log: bytes, served: int | None, *, rank: int 
         number, marker = found[0]
         summary = f"{len(found)} crash line(s) while serving; first: line {number} {marker!r}"
         return _verdict(gate, False, summary, lines=[n for n, _ in found[:20]])
+    logged = len(SUITE_REQUEST.findall(written))
+    if SUITE_REQUEST.search(log) and logged < answered:
+        summary = (
+            f"{logged} of {answered} suite requests logged before teardown began (byte "
+            f"{len(written)}): the log says the stack still served after it"
+        )
+        return _verdict(gate, False, summary, logged=logged)
     summary = f"{len(text.splitlines())} lines written while serving, no crash"
     return _verdict(gate, True, summary, served_bytes=len(written))
 

@@ -642,6 +642,7 @@ def _log_verdicts(start: StartRecord) -> tuple[Verdict, ...]:
             start.start,
             _read_bytes(rank_dir(start.directory, rank) / LOG_FILE),
             teardown.log_bytes if teardown is not None else None,
+            answered=0 if rank else len(start.rows),
             rank=rank,
         )
         for rank, teardown in teardowns.items()

@@ -36,6 +36,8 @@ class ObjectEvidence(_Document):
 
 
 class ProcessEvidence(_Document):
+    model_config = ConfigDict(frozen=True, extra="forbid", allow_inf_nan=False)
+
     pid: int
     ppid: int
     role: str

@@ -39,6 +39,8 @@ from repro_serving.builder.native.rules import (
 )
 
 SHA256 = re.compile(r"[0-9a-f]{64}")
+START_TIME_PRECISION_S = 0.011
+"""Two start times of one host share its boot time and count clock ticks (10 ms)."""
 
 
 def manifest_policy(
@@ -148,7 +150,33 @@ def _tree_drifts(root_pid: int, processes: Sequence[ProcessEvidence], where: str
     if orphans:
         found = f"pids {orphans} have a parent outside the tree"
         drifts.append(_claim(where, "ppid", f"every process descends from {root_pid}", found))
+    parents = {p.pid: p for p in processes}
+    cut_off = []
+    for process in processes:
+        seen, at = {process.pid}, process
+        while at.pid != root_pid and at.ppid in parents and at.ppid not in seen:
+            at = parents[at.ppid]
+            seen.add(at.pid)
+        if at.pid != root_pid and at.ppid in parents:
+            cut_off.append(process.pid)
+    if cut_off:
+        found = f"pids {sorted(cut_off)} descend from a cycle of parents"
+        drifts.append(_claim(where, "ppid", f"every process descends from {root_pid}", found))
+    early = [
+        p.pid
+        for p in processes
+        if p.ppid in parents and _before(p.started_at, parents[p.ppid].started_at)
+    ]
+    if early:
+        found = f"pids {early} started before their parent"
+        drifts.append(_claim(where, "started_at", "every process after its parent", found))
     return drifts
+
+
+def _before(child: float | None, parent: float | None) -> bool:
+    if child is None or parent is None:
+        return False
+    return child < parent - START_TIME_PRECISION_S
 
 
 def _process_drifts(
