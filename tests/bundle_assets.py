@@ -7,15 +7,16 @@ the minimal test manifest; the lock is a tiny document. Sealed with the example 
 
 from __future__ import annotations
 
+import contextlib
 import json
 import shutil
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 from repro_serving.builder.canonical import canonical_json
 from repro_serving.builder.errors import ReproError
 from repro_serving.builder.lock import Lock
-from repro_serving.builder.sealing import bundle
+from repro_serving.builder.sealing import bundle, statement
 from repro_serving.builder.sealing.keys import SigningKey, TrustedKeys
 from repro_serving.builder.sealing.seal import BundleContent, Handoff, Progress, SealedBundle, seal
 from repro_serving.builder.sealing.statement import ResourceDescriptor, resolved_dependencies
@@ -126,6 +127,23 @@ def resealed(
     shutil.copytree(source, staging)
     edit(staging)
     (parent / "out").mkdir()
-    return seal(
-        staged_content(staging, manifest_source, handoff=handoff), example_key(), parent / "out"
-    ).path
+    # as the repro that sealed it would: its version, not this checkout's, in the statement
+    lock = (
+        json.loads((staging / bundle.LOCK).read_text()) if (staging / bundle.LOCK).is_file() else {}
+    )
+    version = lock.get("bundle", {}).get("repro_version") if isinstance(lock, dict) else None
+    with contextlib.ExitStack() as stack:
+        if isinstance(version, str):
+            stack.enter_context(_stating(version))
+        content = staged_content(staging, manifest_source, handoff=handoff)
+        return seal(content, example_key(), parent / "out").path
+
+
+@contextlib.contextmanager
+def _stating(version: str) -> Iterator[None]:
+    original = statement.repro_version
+    statement.repro_version = lambda: version
+    try:
+        yield
+    finally:
+        statement.repro_version = original

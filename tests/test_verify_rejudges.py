@@ -24,7 +24,6 @@ from repro_serving.builder.canonical import canonical_json
 from repro_serving.builder.claims import environments_claim, roles_claim
 from repro_serving.builder.cli import main
 from repro_serving.builder.native.auditreport import AuditDocument
-from repro_serving.builder.sealing import statement
 
 TINY = REPO_ROOT / "repro" / "tiny-cpu"
 TWO_NODES = REPO_ROOT / "repro" / "tiny-cpu-2node"
@@ -40,12 +39,8 @@ def verify_json(path: Path, capsys: pytest.CaptureFixture[str]) -> tuple[int, di
 
 
 def sealed_again(tmp_path: Path, source: Path, edit: Edit) -> Path:
-    """`source` copied, edited, sealed again as the repro that sealed it would (its version in
-    the statement): what an attacker's sealer writes."""
-    version = json.loads((source / "lock.json").read_text())["bundle"]["repro_version"]
-    with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(statement, "repro_version", lambda: version)
-        return resealed(source, tmp_path, edit, MANIFESTS[source])
+    """`source` copied, edited, sealed again as the repro that sealed it would."""
+    return resealed(source, tmp_path, edit, MANIFESTS[source])
 
 
 def hostile(
