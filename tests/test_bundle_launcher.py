@@ -36,7 +36,6 @@ from repro_serving.builder.drift import DriftKind
 from repro_serving.builder.handoff.readme import CHECK_HEADING
 from repro_serving.builder.sealing import bundle
 from repro_serving.builder.sealing.keys import SigningKey, TrustedKeys, write_key_pair
-from repro_serving.builder.sealing.statement import repro_version
 from repro_serving.builder.verify import verify
 
 COMMITTED = REPO_ROOT / "repro"
@@ -45,7 +44,7 @@ PRIVATE = REPO_ROOT / "keys" / "example.key"
 TRUSTED = TrustedKeys.from_key_file(PUBLIC)
 LAGUNA, TINY = "laguna-102tps", "tiny-cpu"
 DROPPED = ("PYTHONPATH", "PYTHONHOME", "VIRTUAL_ENV", "XDG_CACHE_HOME", "XDG_DATA_HOME")
-HANDOFF_CLAIMS = ("launch, ", "tools/ = ", "README.md = ", "statement.")
+HANDOFF_CLAIMS = ("launch, ", "tools/ = ", "kernels/ = ", "README.md = ", "statement.")
 """Claims the README cannot state: of the files written with it, and of the statement signed
 after it."""
 QUICK_S = 300
@@ -200,7 +199,13 @@ def test_no_key_no_run(tmp_path: Path) -> None:
     assert not machine.envs.exists()
 
 
-WHEEL = f"{bundle.TOOLS_DIR}/{bundle.wheel_filename(repro_version())}"
+def locked_version(name: str = LAGUNA) -> str:
+    """The version of the repro that sealed the committed bundle `name` (its tools' wheel)."""
+    lock = json.loads((COMMITTED / name / bundle.LOCK).read_text())
+    return str(lock["bundle"]["repro_version"])
+
+
+WHEEL = f"{bundle.TOOLS_DIR}/{bundle.wheel_filename(locked_version())}"
 
 
 def _restated(copy: Path, signatures: list[dict[str, str]]) -> None:
@@ -506,7 +511,7 @@ def _wheel_module_changed(root: Path) -> None:
 
 
 LAUNCHER_CLAIM = "launch, tools/launch_helper.py = what repro writes"
-TOOLS_CLAIM = f"tools/ = repro {repro_version()} and its dependencies pinned by sha256"
+TOOLS_CLAIM = f"tools/ = repro {locked_version()} and its dependencies pinned by sha256"
 README_CLAIM = "README.md = the claims recomputed above"
 RESEALED = {
     "launch given one more line": (_append(bundle.LAUNCHER, b"true\n"), [LAUNCHER_CLAIM]),
@@ -555,7 +560,8 @@ def test_a_bundle_sealed_without_its_launcher_is_refused_by_verify(tmp_path: Pat
     report = verify(resealed(tmp_path, without, handoff=False), TRUSTED)
     content = next(c for c in report.checks if c.claim.startswith("content = "))
     assert not content.ok
-    assert content.detail == "missing " + ", ".join(sorted(bundle.handoff_content(repro_version())))
+    missing = sorted(bundle.handoff_content(locked_version()))
+    assert content.detail == "missing " + ", ".join(missing)
 
 
 def test_launch_runs_the_bundles_own_verify_and_stops_at_its_refusal(

@@ -20,6 +20,8 @@ import pytest
 
 from repro_serving import DISTRIBUTION
 from repro_serving.builder import commands
+from repro_serving.builder.sealing.bundle import wheel_filename
+from repro_serving.builder.sealing.statement import repro_version
 
 REPO = Path(__file__).resolve().parents[1]
 PYPROJECT = tomllib.loads((REPO / "pyproject.toml").read_text("utf-8"))
@@ -115,7 +117,7 @@ def test_every_command_runs_from_another_directory(
     path = shadow if with_shadow else None
     repro = str(installed / "repro")
     version = _run([repro, "--version"], elsewhere, path)
-    assert (version.returncode, version.stdout.split()) == (0, [DISTRIBUTION, "0.1.0"])
+    assert (version.returncode, version.stdout.split()) == (0, [DISTRIBUTION, repro_version()])
     module = _run([str(installed / "python"), "-m", "repro_serving", "--version"], elsewhere, path)
     assert module.stdout == version.stdout
     for name in commands.names():
@@ -190,8 +192,28 @@ def test_an_installed_repro_seals_the_wheel_it_was_installed_from(
         capture_output=True,
     )
     (source_wheel,) = built.glob("*.whl")
-    assert wheels[0].name == source_wheel.name
-    assert _contents(wheels[0]) == _contents(source_wheel)
+    version = repro_version()
+    release = version.split("+", 1)[0]
+    assert (wheels[0].name, source_wheel.name) == (
+        wheel_filename(version),
+        wheel_filename(release),
+    )
+    assert _contents(wheels[0]) == _relabelled(_contents(source_wheel), release, version)
+
+
+def _relabelled(contents: dict[str, bytes], release: str, version: str) -> dict[str, bytes]:
+    """pip's wheel of the checkout as repro packs it: the dist-info folder and METADATA's
+    Version name the labelled version, every other byte the same."""
+    folder, labelled = f"repro_serving-{release}.dist-info/", f"repro_serving-{version}.dist-info/"
+    renamed = {
+        (labelled + name.removeprefix(folder) if name.startswith(folder) else name): data
+        for name, data in contents.items()
+    }
+    metadata = labelled + "METADATA"
+    old, new = f"\nVersion: {release}\n".encode(), f"\nVersion: {version}\n".encode()
+    assert renamed[metadata].count(old) == 1
+    renamed[metadata] = renamed[metadata].replace(old, new)
+    return renamed
 
 
 def _contents(wheel: Path) -> dict[str, bytes]:
@@ -215,4 +237,4 @@ def test_the_demo_of_an_installed_repro(installed: Path, elsewhere: Path) -> Non
     assert done.returncode == 0, (done.stdout[-4000:], done.stderr[-4000:])
     (bundle,) = (out / "bundles").iterdir()
     (wheel,) = (bundle / "tools").glob("*.whl")
-    assert wheel.name == "repro_serving-0.1.0-py3-none-any.whl"
+    assert wheel.name == wheel_filename(repro_version())

@@ -177,9 +177,10 @@ def test_launch_json_of_a_record_that_cannot_run_here_is_a_preflight_refusal(
 def test_the_run_summary_a_run_seals_is_what_run_launch_and_demo_report(
     capsys: pytest.CaptureFixture[str],
 ) -> None:
-    """`summary.json` of the committed bundle's teacher run (written by `launch.run`), read by
-    the model `--json` prints it with, unchanged, and valid in each report that carries it."""
-    sealed = json.loads((REPO / "repro" / "tiny-cpu" / "evidence" / "summary.json").read_text())
+    """`summary.json` of the teacher run that sealed the committed bundle (written by
+    `launch.run` beside the evidence, not sealed: `tests/evidence/tiny-cpu/summary.json`), read
+    by the model `--json` prints it with, unchanged, and valid in each report that carries it."""
+    sealed = json.loads((REPO / "tests" / "evidence" / "tiny-cpu" / "summary.json").read_text())
     summary = RunSummary.model_validate(sealed)
     assert summary.model_dump(mode="json") == sealed
     document = RunOutput(ok=summary.passed, run=summary, captured_teacher=None)

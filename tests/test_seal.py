@@ -42,6 +42,7 @@ from repro_serving.builder.sealing.statement import (
     GateResultsStatement,
     ResourceDescriptor,
     Statement,
+    repro_version,
 )
 
 SEALED_FILES = [
@@ -126,7 +127,7 @@ def test_the_statement_is_the_signed_payload_and_names_every_sealed_file(tmp_pat
         "runDetails": {
             "builder": {
                 "id": "pkg:pypi/repro-serving#repro_serving/attestation/builder-v1.md",
-                "version": {"repro": "0.1.0"},
+                "version": {"repro": repro_version()},
             }
         },
     }

@@ -279,11 +279,6 @@ def test_the_base_carrying_this_checkouts_tools_verifies(
     assert (code, failed) == (0, {})
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="the committed bundles carry repro 0.1.0, sealed before the version named its "
-    "source: they verify once sealed again with `repro build` (then remove this mark)",
-)
 def test_the_committed_bundle_verifies(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     copy = tmp_path / LAGUNA
     shutil.copytree(COMMITTED / LAGUNA, copy)
