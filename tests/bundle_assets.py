@@ -127,23 +127,34 @@ def resealed(
     shutil.copytree(source, staging)
     edit(staging)
     (parent / "out").mkdir()
-    # as the repro that sealed it would: its version, not this checkout's, in the statement
-    lock = (
-        json.loads((staging / bundle.LOCK).read_text()) if (staging / bundle.LOCK).is_file() else {}
-    )
-    version = lock.get("bundle", {}).get("repro_version") if isinstance(lock, dict) else None
-    with contextlib.ExitStack() as stack:
-        if isinstance(version, str):
-            stack.enter_context(_stating(version))
+    with as_its_sealer(staging):
         content = staged_content(staging, manifest_source, handoff=handoff)
         return seal(content, example_key(), parent / "out").path
 
 
 @contextlib.contextmanager
-def _stating(version: str) -> Iterator[None]:
+def as_its_sealer(root: Path) -> Iterator[None]:
+    """Seal `root` again as the repro that sealed it would: the version its lock names, not this
+    checkout's labelled one, in the statement (unchanged where its lock names none)."""
+    version = _sealer_version(root / bundle.LOCK)
+    if version is None:
+        yield
+        return
     original = statement.repro_version
     statement.repro_version = lambda: version
     try:
         yield
     finally:
         statement.repro_version = original
+
+
+def _sealer_version(path: Path) -> str | None:
+    """The repro_version a staged lock names; None when it names none or is no JSON (a
+    mutation under test)."""
+    try:
+        lock = json.loads(path.read_bytes()) if path.is_file() and not path.is_symlink() else {}
+    except (OSError, ValueError, RecursionError):
+        return None
+    section = lock.get("bundle") if isinstance(lock, dict) else None
+    version = section.get("repro_version") if isinstance(section, dict) else None
+    return version if isinstance(version, str) else None

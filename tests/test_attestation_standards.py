@@ -24,7 +24,14 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from bundle_assets import EXAMPLE_KEY, REPO_ROOT, example_key, example_trust, seal_example
+from bundle_assets import (
+    EXAMPLE_KEY,
+    REPO_ROOT,
+    as_its_sealer,
+    example_key,
+    example_trust,
+    seal_example,
+)
 from cryptography.hazmat.primitives import serialization
 from google.protobuf import json_format
 from in_toto_attestation.predicates.provenance.v1 import provenance_pb2
@@ -109,7 +116,8 @@ def tiny_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
         gates=gate_outcome(verdicts),
     )
     (parent / "runs").mkdir()
-    return seal(content, example_key(), parent / "runs").path
+    with as_its_sealer(staging):
+        return seal(content, example_key(), parent / "runs").path
 
 
 @pytest.fixture

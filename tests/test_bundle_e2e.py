@@ -144,6 +144,7 @@ def _prefix_cache_hits(path: Path) -> None:
 
 README = "README.md = the claims recomputed above"
 """Fails with every claim whose recomputed value is no longer the one the README states."""
+ROWS_1 = "start-1 rows = their suite, their counts and their /metrics"
 
 EVIDENCE_EDITS = {
     "one token in one row": (
@@ -172,7 +173,7 @@ EVIDENCE_EDITS = {
         "evidence/verdicts.json", _no_verdicts, ["gates (every verdict recomputed)"],
     ),
     "a cached prefix in a row": (
-        "evidence/start-1/rows.json", _cached, ["gates (every verdict recomputed)", README],
+        "evidence/start-1/rows.json", _cached, [ROWS_1, "gates (every verdict recomputed)", README],
     ),
     "the second start's tokens": (
         "evidence/start-2/rows.json", _one_token,
@@ -288,7 +289,7 @@ def test_prefix_cache_hits_in_the_sealed_metrics_fail_the_recomputed_gate(
         lambda root: _prefix_cache_hits(root / "evidence/start-1/metrics-after.prom"),
     )
     report = verify(copy, TRUSTED)
-    assert failed_claims(report) == ["gates (every verdict recomputed)", README]
+    assert failed_claims(report) == [ROWS_1, "gates (every verdict recomputed)", README]
     gates = next(c for c in report.checks if c.claim.startswith("gates"))
     assert "prefix_cache_hit_delta_zero: recomputed fail" in gates.detail
 

@@ -69,6 +69,7 @@ from types import FrameType
 from typing import Any
 
 import pytest
+from bundle_assets import as_its_sealer
 from hypothesis import HealthCheck, assume, given, note, settings
 from hypothesis import strategies as st
 from hypothesis.errors import InvalidArgument
@@ -419,7 +420,7 @@ def reseal(staging: Path, source: str) -> Resealed | None:
     out = staging.parent.parent / "sealed"
     out.mkdir()
     try:
-        with time_limit(HANG_LIMIT_S, "builder.seal"):
+        with as_its_sealer(staging), time_limit(HANG_LIMIT_S, "builder.seal"):
             sealed = seal(content, KEY, out)
     except ReproError:
         return None
@@ -442,7 +443,9 @@ def reseal(staging: Path, source: str) -> Resealed | None:
     except ReproError:
         locked = None
     dependencies = resolved_dependencies(locked) if locked is not None else ()
-    statement = statement_for(staging.name, source, digests, dependencies=dependencies).to_json()
+    with as_its_sealer(staging):
+        stated = statement_for(staging.name, source, digests, dependencies=dependencies)
+    statement = stated.to_json()
     replace_file(sealed.path / STATEMENT, statement)
     replace_file(sealed.path / ENVELOPE, dsse.sign(statement, KEY).to_json())
     return Resealed(sealed.path, digests)

@@ -226,6 +226,8 @@ def test_the_teacher_run_reproduces_its_token_ids_from_two_fresh_starts(
         "fresh_starts": VerdictStatus.PASS,
         "live_audit:start-1": VerdictStatus.PASS,
         "live_audit:start-2": VerdictStatus.PASS,
+        "server_log:start-1": VerdictStatus.PASS,
+        "server_log:start-2": VerdictStatus.PASS,
     }
     assert record.passed and record.exit_code == 0
     for start in record.starts:
