@@ -136,7 +136,7 @@ def resealed(
 def as_its_sealer(root: Path) -> Iterator[None]:
     """Seal `root` again as the repro that sealed it would: the version its lock names, not this
     checkout's labelled one, in the statement (unchanged where its lock names none)."""
-    version = _sealer_version(root / bundle.LOCK)
+    version = sealer_version(root)
     if version is None:
         yield
         return
@@ -148,9 +148,10 @@ def as_its_sealer(root: Path) -> Iterator[None]:
         statement.repro_version = original
 
 
-def _sealer_version(path: Path) -> str | None:
-    """The repro_version a staged lock names; None when it names none or is no JSON (a
-    mutation under test)."""
+def sealer_version(root: Path) -> str | None:
+    """The repro_version the lock of the bundle at `root` names; None when it names none or is
+    no JSON (a mutation under test)."""
+    path = root / bundle.LOCK
     try:
         lock = json.loads(path.read_bytes()) if path.is_file() and not path.is_symlink() else {}
     except (OSError, ValueError, RecursionError):

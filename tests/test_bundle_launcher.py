@@ -201,8 +201,9 @@ def test_no_key_no_run(tmp_path: Path) -> None:
 
 def locked_version(name: str = LAGUNA) -> str:
     """The version of the repro that sealed the committed bundle `name` (its tools' wheel)."""
-    lock = json.loads((COMMITTED / name / bundle.LOCK).read_text())
-    return str(lock["bundle"]["repro_version"])
+    version = bundle_assets.sealer_version(COMMITTED / name)
+    assert version is not None, f"the lock of {name} names the repro that sealed it"
+    return version
 
 
 WHEEL = f"{bundle.TOOLS_DIR}/{bundle.wheel_filename(locked_version())}"

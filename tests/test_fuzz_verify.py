@@ -391,8 +391,13 @@ class Resealed:
 
 
 def reseal(staging: Path, source: str) -> Resealed | None:
-    """Seal the staged bundle with the example key, its lock.json exactly as staged (or absent);
-    None when `builder.sealing.seal` refuses what is staged."""
+    """Seal the staged bundle with the example key, its lock.json exactly as staged (or absent),
+    as the repro that sealed it would; None when `builder.sealing.seal` refuses what is staged."""
+    with as_its_sealer(staging):
+        return _sealed_as_staged(staging, source)
+
+
+def _sealed_as_staged(staging: Path, source: str) -> Resealed | None:
     lock_path = staging / LOCK
     try:
         info = lock_path.lstat()
@@ -420,7 +425,7 @@ def reseal(staging: Path, source: str) -> Resealed | None:
     out = staging.parent.parent / "sealed"
     out.mkdir()
     try:
-        with as_its_sealer(staging), time_limit(HANG_LIMIT_S, "builder.seal"):
+        with time_limit(HANG_LIMIT_S, "builder.seal"):
             sealed = seal(content, KEY, out)
     except ReproError:
         return None
@@ -443,9 +448,7 @@ def reseal(staging: Path, source: str) -> Resealed | None:
     except ReproError:
         locked = None
     dependencies = resolved_dependencies(locked) if locked is not None else ()
-    with as_its_sealer(staging):
-        stated = statement_for(staging.name, source, digests, dependencies=dependencies)
-    statement = stated.to_json()
+    statement = statement_for(staging.name, source, digests, dependencies=dependencies).to_json()
     replace_file(sealed.path / STATEMENT, statement)
     replace_file(sealed.path / ENVELOPE, dsse.sign(statement, KEY).to_json())
     return Resealed(sealed.path, digests)

@@ -20,6 +20,7 @@ import pytest
 
 from repro_serving import DISTRIBUTION
 from repro_serving.builder import commands
+from repro_serving.builder.observe import release
 from repro_serving.builder.sealing.bundle import wheel_filename
 from repro_serving.builder.sealing.statement import repro_version
 
@@ -193,24 +194,26 @@ def test_an_installed_repro_seals_the_wheel_it_was_installed_from(
     )
     (source_wheel,) = built.glob("*.whl")
     version = repro_version()
-    release = version.split("+", 1)[0]
+    labelled = release.parse_label(version)
+    assert labelled is not None, version
+    public = labelled[0]
     assert (wheels[0].name, source_wheel.name) == (
         wheel_filename(version),
-        wheel_filename(release),
+        wheel_filename(public),
     )
-    assert _contents(wheels[0]) == _relabelled(_contents(source_wheel), release, version)
+    assert _contents(wheels[0]) == _relabelled(_contents(source_wheel), public, version)
 
 
-def _relabelled(contents: dict[str, bytes], release: str, version: str) -> dict[str, bytes]:
+def _relabelled(contents: dict[str, bytes], public: str, version: str) -> dict[str, bytes]:
     """pip's wheel of the checkout as repro packs it: the dist-info folder and METADATA's
     Version name the labelled version, every other byte the same."""
-    folder, labelled = f"repro_serving-{release}.dist-info/", f"repro_serving-{version}.dist-info/"
+    folder, labelled = f"repro_serving-{public}.dist-info/", f"repro_serving-{version}.dist-info/"
     renamed = {
         (labelled + name.removeprefix(folder) if name.startswith(folder) else name): data
         for name, data in contents.items()
     }
     metadata = labelled + "METADATA"
-    old, new = f"\nVersion: {release}\n".encode(), f"\nVersion: {version}\n".encode()
+    old, new = f"\nVersion: {public}\n".encode(), f"\nVersion: {version}\n".encode()
     assert renamed[metadata].count(old) == 1
     renamed[metadata] = renamed[metadata].replace(old, new)
     return renamed
