@@ -255,6 +255,17 @@ def _build_imported(
     assert manifest.evidence is not None
     _checked, refusals = imported.checksum_drifts(manifest.evidence, files)
     refusals += [_verdict_drift(v.gate, v.summary) for v in verdicts if not v.passed]
+    refusals += [
+        Drift(
+            kind=DriftKind.CLAIM,
+            subject=statement.claim,
+            expected="the record's files agreeing with each other, the manifest and the suite",
+            observed=problem,
+            why="a record is sealed only when what its files state holds",
+        )
+        for statement in imported.statements(manifest, manifest.load_suite(), files, record)
+        for problem in statement.problems
+    ]
     if refusals:
         raise BuildRefused("the record fails its own checks", refusals, where=str(manifest_path))
     say("sealing")

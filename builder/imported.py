@@ -11,12 +11,14 @@ from __future__ import annotations
 
 import posixpath
 from collections import Counter
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from repro_serving.builder import recordfiles
 from repro_serving.builder.canonical import canonical_json
 from repro_serving.builder.claims import ClaimCheck, bundle_claim, content_check, oracle_claim
 from repro_serving.builder.documents import parse_document
@@ -43,7 +45,7 @@ from repro_serving.builder.sealing import bundle
 from repro_serving.builder.sealing.keys import SigningKey
 from repro_serving.builder.sealing.seal import BundleContent, Handoff, SealedBundle, seal
 from repro_serving.builder.sealing.statement import resolved_dependencies
-from repro_serving.launch import gates
+from repro_serving.launch import consistency, gates
 from repro_serving.launch.evidence import Teacher, Verdict
 from repro_serving.launch.historical import (
     Record,
@@ -505,10 +507,175 @@ class Identity(_Foreign):
 
 
 def _identity(path: Path | None) -> Identity:
+    return _document(path, Identity, "the identity file")
+
+
+_D = TypeVar("_D", bound=BaseModel)
+
+
+# --- what the record's own files state -------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Statement:
+    """One named judgement of what the record's files state (`builder.recordfiles`)."""
+
+    claim: str
+    value: str
+    problems: tuple[str, ...]
+
+
+class _Named(_Foreign):
+    source_sha256: str | None = None
+
+
+class _RunIdentity(_Foreign):
+    created_at_utc: str | None = None
+
+
+class _BenchIdentity(_Foreign):
+    run_identity: _RunIdentity = _RunIdentity()
+
+
+def statements(
+    manifest: Manifest, suite: Suite, files: ImportedFiles, record: Record
+) -> list[Statement]:
+    """Every file of the record judged against the others, the manifest and the suite: the
+    same judgement at build (which refuses) and at verify."""
+    run = _run_files(files.run)
+    environment, unread = recordfiles.read_environment(_decoded(run, recordfiles.ENVIRONMENT))
+    said = recordfiles.read_statements(_decoded(run, recordfiles.IDENTITY))
+    runtime = _document(files.identity, recordfiles.RuntimeLock, "the producer's runtime lock")
+    sealed = {
+        path.name: read_bytes(path, limit=EVIDENCE_LIMIT, what=path.name) for path in files.files
+    }
+    freeze = runtime.python_packages.get("observed_full_freeze")
+    argv = manifest.launch.argv_for(manifest.oracle.teacher)
+    rows = record.bench.rows
+    inventory = recordfiles.inventory_problems(list(run))
+    inventory += [
+        f"files/{name}: a sealed file no check of this record judges (expected only "
+        f"{recordfiles.MODEL_LISTING} and the freeze the runtime lock names)"
+        for name in sealed
+        if name not in (recordfiles.MODEL_LISTING, freeze)
+    ]
+    if recordfiles.STATUS in run:
+        inventory += recordfiles.status_problems(_decoded(run, recordfiles.STATUS))
+    limits = consistency.Limits.of(suite, argv)
+    found = consistency.rows_problems(
+        suite,
+        rows,
+        where=f"run/{BENCH}",
+        limits=limits,
+        cached_tokens_gated=manifest.oracle.gates.cached_tokens_zero,
+    )
+    read = consistency.metrics_problems(
+        rows,
+        _decoded(run, METRICS_BEFORE),
+        _decoded(run, METRICS_AFTER),
+        limits=limits,
+        sources=(f"run/{METRICS_BEFORE}", f"run/{METRICS_AFTER}"),
+    )
+    uncheckable = len({*found.not_applicable, *read.not_applicable})
+    created = parse_document(
+        _BenchIdentity, run.get(BENCH, b"{}"), where=f"run/{BENCH}", what="the bench"
+    ).run_identity.created_at_utc
+    identity = recordfiles.identity_problems(
+        said,
+        recordfiles.Run(
+            manifest=manifest,
+            argv=argv,
+            environment=environment,
+            lock=runtime,
+            teacher_sources={
+                name: _document(path, _Named, name).source_sha256
+                for name, path in (
+                    (TEACHER_TOKENS, files.teacher_tokens),
+                    (TEACHER_TEXTS, files.teacher_texts),
+                )
+            },
+            sealed=sealed,
+            server_log=record.server_log,
+        ),
+    )
+    snapshots = sum(1 for name in run if name.endswith(".json") and "idle" in name)
+    freeze_count, freeze_problems = (
+        (0, [f"files/{freeze}: expected the freeze runtime-lock.json names, found none"])
+        if freeze is not None and freeze not in sealed
+        else recordfiles.freeze_problems(
+            sealed[freeze].decode(errors="replace") if freeze else "",
+            f"files/{freeze}",
+            manifest,
+            runtime,
+        )
+    )
+    return [
+        Statement(
+            "the record's files: each one judged, status=PASS",
+            f"{len(run)} run files, {len(sealed)} beside them",
+            tuple(inventory),
+        ),
+        Statement(
+            "bench rows = their suite, their counts and their /metrics",
+            f"{len(rows)} rows of {len(suite.prompts)} prompts"
+            + (f"; not checkable: {uncheckable}" if uncheckable else ""),
+            (*found.problems, *read.problems),
+        ),
+        Statement(
+            "idle snapshots around the run passed, in order",
+            f"{snapshots} snapshots",
+            tuple(recordfiles.idle_problems(run, created, recordfiles.verified_interval(said))),
+        ),
+        Statement(
+            "identity.txt = the runtime lock, the manifest, the argv, the environment, the log",
+            f"{identity.bound} statements bound, {len(identity.stated_only)} stated only",
+            identity.problems,
+        ),
+        Statement(
+            "exactness-vs-q1.json = the rows and the teacher",
+            f"{len(rows)} rows",
+            tuple(
+                recordfiles.exactness_problems(
+                    run.get(recordfiles.EXACTNESS, b"{}"),
+                    suite,
+                    rows,
+                    record.teacher.rows,
+                    recordfiles.run_directory(environment),
+                )
+            ),
+        ),
+        Statement(
+            "service-environment.txt = [launch.env], no loader override",
+            f"{len(environment)} variables",
+            (*unread, *recordfiles.environment_problems(environment, manifest)),
+        ),
+        Statement(
+            "pip freeze = the pinned packages and the runtime lock",
+            f"{freeze_count} distributions",
+            tuple(freeze_problems),
+        ),
+    ]
+
+
+def _run_files(run: Path) -> dict[str, bytes]:
+    return {
+        path.relative_to(run).as_posix(): read_bytes(
+            path, limit=EVIDENCE_LIMIT, what="a record file", follow_symlinks=False
+        )
+        for path in sorted(run.rglob("*"))
+        if not path.is_dir()
+    }
+
+
+def _decoded(run: Mapping[str, bytes], name: str) -> str:
+    return run.get(name, b"").decode("utf-8", errors="replace")
+
+
+def _document(path: Path | None, model: type[_D], what: str) -> _D:
     if path is None:
-        return Identity()
-    data = read_bytes(path, limit=EVIDENCE_LIMIT, what="the identity file")
-    return parse_document(Identity, data, where=str(path), what="the identity file")
+        return model()
+    data = read_bytes(path, limit=EVIDENCE_LIMIT, what=what)
+    return parse_document(model, data, where=str(path), what=what)
 
 
 # --- recomputed by repro verify ---------------------------------------------------------------
@@ -525,7 +692,12 @@ def recompute(path: Path, manifest: Manifest, lock: Lock, handoff: bool = True) 
     content = _content_check(path, manifest, files, lock, handoff)
     checks = [content, *_oracle_checks(path, manifest, lock, record)]
     claim = record_claim(manifest, record, files.kernels)
-    checks.extend(_record_checks(claim, lock.record))
+    suite = Suite.from_path(path / bundle.ORACLE_DIR / bundle.SUITE_FILE)
+    checks.extend(_record_checks(claim, lock.record, len(suite.prompts)))
+    checks.extend(
+        ClaimCheck(s.claim, sealed, s.value, not s.problems, "; ".join(s.problems[:5]))
+        for s in statements(manifest, suite, files, record)
+    )
     if files.model_files is not None:
         listing = _text(files.model_files, "the release-file listing")
         problems = model_files_problems(manifest, listing, MODEL_FILES)
@@ -656,28 +828,31 @@ def _oracle_checks(path: Path, manifest: Manifest, lock: Lock, record: Record) -
     return checks
 
 
-def _record_checks(claim: RecordClaim, locked: RecordClaim) -> list[ClaimCheck]:
+def _record_checks(claim: RecordClaim, locked: RecordClaim, prompts: int) -> list[ClaimCheck]:
+    """The recomputed record against the locked one, each count of rows against the suite's
+    prompts (a dropped row is not "12/12 equal" of a 13-prompt suite)."""
     sealed = EvidenceClass.SEALED
+    every = claim.rows == prompts
     cached = [c for c in claim.cached_tokens if c == 0]
     curve = ", ".join(f"{v:g}" for v in claim.spec_decode_accepted_per_position)
     checks = [
         ClaimCheck(
             "token ids = teacher",
             sealed,
-            f"{claim.exact_token_ids}/{claim.rows} rows",
-            claim.exact_token_ids == locked.exact_token_ids == claim.rows,
+            f"{claim.exact_token_ids}/{prompts} rows",
+            every and claim.exact_token_ids == locked.exact_token_ids == prompts,
         ),
         ClaimCheck(
             "text sha256 = teacher",
             sealed,
-            f"{claim.exact_text_sha256}/{claim.rows} rows",
-            claim.exact_text_sha256 == locked.exact_text_sha256 == claim.rows,
+            f"{claim.exact_text_sha256}/{prompts} rows",
+            every and claim.exact_text_sha256 == locked.exact_text_sha256 == prompts,
         ),
         ClaimCheck(
             "cached_tokens",
             sealed,
-            f"0 on {len(cached)}/{claim.rows} rows",
-            claim.cached_tokens == locked.cached_tokens and len(cached) == claim.rows,
+            f"0 on {len(cached)}/{prompts} rows",
+            every and claim.cached_tokens == locked.cached_tokens and len(cached) == prompts,
         ),
         ClaimCheck(
             "prefix-cache hits during the suite",

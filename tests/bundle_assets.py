@@ -13,6 +13,7 @@ import shutil
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
+from repro_serving.builder import claims
 from repro_serving.builder.canonical import canonical_json
 from repro_serving.builder.errors import ReproError
 from repro_serving.builder.lock import Lock
@@ -135,17 +136,18 @@ def resealed(
 @contextlib.contextmanager
 def as_its_sealer(root: Path) -> Iterator[None]:
     """Seal `root` again as the repro that sealed it would: the version its lock names, not this
-    checkout's labelled one, in the statement (unchanged where its lock names none)."""
+    checkout's labelled one, in the statement and in a lock assembled again (unchanged where its
+    lock names none)."""
     version = sealer_version(root)
     if version is None:
         yield
         return
-    original = statement.repro_version
-    statement.repro_version = lambda: version
+    originals = statement.repro_version, claims.repro_version
+    statement.repro_version = claims.repro_version = lambda: version
     try:
         yield
     finally:
-        statement.repro_version = original
+        statement.repro_version, claims.repro_version = originals
 
 
 def sealer_version(root: Path) -> str | None:

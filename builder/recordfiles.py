@@ -1,0 +1,794 @@
+"""What an imported record's own files state about its run, judged against each other, the
+manifest, the suite and the rows: pure functions over the sealed bytes.
+
+`builder.imported` recomputes the rows, the metrics and the gates of a record; the producer's run
+directory also states how the run ended and what it ran, and a re-signed bundle whose
+statements contradict its evidence must not pass. The layout is the one of the b70 lab's
+measurement legs (identity schema `laguna-mwide-measurement-leg-v1`), the only producer format
+repro imports: every file of the run directory is one this module names and judges, and one it
+does not know is refused, so nothing sealed is read by nothing.
+
+- `status.txt`: exactly `status=PASS`.
+- `pre-idle.json`, `post-idle.json`, `failure-post-idle.json` (when present) and the idle
+  interval's snapshots: status `passed`, observed before the suite (pre) and after it (post);
+  `idle-interval/summary.txt`: one line per phase whose snapshot count is the number of its
+  snapshot files and whose elapsed seconds cover the interval identity.txt says was verified.
+- `identity.txt` (`key=value` lines, then `<sha256>  <path>` lines): each key once, its schema
+  this one; the commits, model paths, native digests and runtime files those of the producer's
+  runtime lock and of the manifest; `model_manifest_sha256` the sha256 of the sealed
+  model-directory listing; `teacher_sha256` the source the teacher files name; the speculative
+  depth, memory utilisation, local argmax and the kernel selectors those of the argv and of the
+  service environment; the graph counts those of every audited capture in the server log; one
+  suite invocation per fresh start, no retry, no warm-up. The keys no sealed file restates are
+  counted as stated only.
+- `exactness-vs-q1.json`: the comparison as the rows and the teacher give it again, row by row
+  (place, prompt, token counts, cached tokens, equality), its candidate the bench of this run
+  (the directory its service environment names).
+- `service-environment.txt`: every `[launch.env]` variable with its value ({venv} expanded), the
+  others only those private to the producer's run (caches and homes under its run directory,
+  PATH, PWD, SHLVL), and no loader variable (`builder.native.rules.env_drifts`).
+- the observed pip freeze: each distribution once, every pinned package at its pin, and the
+  producer's runtime lock naming the same versions and the manifest's source commits.
+
+What these cannot see: a statement no other sealed file restates (the keys counted as stated
+only), and a record rewritten coherently in every file by whoever holds the key.
+"""
+
+from __future__ import annotations
+
+import json
+import posixpath
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Final
+
+from packaging.utils import canonicalize_name
+from pydantic import BaseModel, ConfigDict, ValidationError
+
+from repro_serving.builder.hashing import sha256_bytes
+from repro_serving.builder.manifest import Manifest, Suite, expand
+from repro_serving.builder.native.rules import AuditPolicy, env_drifts
+from repro_serving.builder.observe.vllmargv import flag_name, flag_value
+from repro_serving.launch.evidence import OracleRow, TeacherRow
+
+STATUS: Final = "status.txt"
+IDENTITY: Final = "identity.txt"
+EXACTNESS: Final = "exactness-vs-q1.json"
+ENVIRONMENT: Final = "service-environment.txt"
+IDLE_SUMMARY: Final = "idle-interval/summary.txt"
+PRE_IDLE: Final = "pre-idle.json"
+POST_IDLE: Final = ("post-idle.json", "failure-post-idle.json")
+JUDGED_ELSEWHERE: Final = (
+    "bench.json",
+    "server.log",
+    "metrics-before-suite.prom",
+    "metrics-after-suite.prom",
+    "cleanup-status.txt",
+)
+"""Read by `builder.imported` (rows, log markers, metrics, cleanup)."""
+REQUIRED: Final = (*JUDGED_ELSEWHERE, STATUS, IDENTITY, EXACTNESS, ENVIRONMENT, IDLE_SUMMARY)
+REQUIRED_IDLE: Final = (PRE_IDLE, POST_IDLE[0])
+OPTIONAL: Final = (POST_IDLE[1],)
+SNAPSHOT: Final = re.compile(r"idle-interval/(?P<phase>prestart|poststop)-[0-9]{2}\.json")
+IDENTITY_SCHEMA: Final = "laguna-mwide-measurement-leg-v1"
+PRIVATE_TO_THE_RUN: Final = frozenset(
+    {
+        "HOME",
+        "TMPDIR",
+        "HF_HOME",
+        "HF_HUB_CACHE",
+        "TRANSFORMERS_CACHE",
+        "NUMBA_CACHE_DIR",
+        "PYTHONPYCACHEPREFIX",
+        "SYCL_CACHE_DIR",
+        "TORCHINDUCTOR_CACHE_DIR",
+        "TRITON_CACHE_DIR",
+        "VLLM_CACHE_ROOT",
+        "XDG_CACHE_HOME",
+        "XDG_CONFIG_HOME",
+        "XDG_DATA_HOME",
+        "XDG_STATE_HOME",
+    }
+)
+"""Directories the producer gave its run under its own run directory; each start here gets its
+own (a manifest does not pin them)."""
+SOCKET_DIRECTORIES: Final = frozenset({"VLLM_RPC_BASE_PATH"})
+"""Where vLLM binds its IPC sockets: an absolute directory of the producer's, short (a socket
+path holds at most 107 bytes), so not always under the run directory."""
+THE_SHELLS: Final = frozenset({"PATH", "PWD", "SHLVL"})
+"""What the producer's shell set; repro gives each start its own PATH and working directory."""
+SELECTORS: Final = {
+    "exact_max_m": ("VLLM_XPU_LAGUNA_EXACT_MAX_M", "LAGUNA_M"),
+    "num_speculative_tokens": ("LAGUNA_SPEC", "LAGUNA_DFLASH_NUM_SPECULATIVE_TOKENS"),
+    "prebuilt_exact_attn_metadata": ("VLLM_XPU_LAGUNA_M8_PREBUILT_EXACT_ATTN_METADATA",),
+    "draft_breakable_graph": ("VLLM_XPU_LAGUNA_DRAFT_BREAKABLE_GRAPH",),
+    "capture_attention_graphs": ("VLLM_XPU_LAGUNA_M8_CAPTURE_ATTENTION_GRAPHS",),
+    "inline_attention_graphs": ("VLLM_XPU_LAGUNA_M8_INLINE_ATTENTION_GRAPHS",),
+    "mwide_bf16_router_topk": ("VLLM_XPU_LAGUNA_MWIDE_BF16_ROUTER_TOPK",),
+    "dflash_context_kv_workspace": ("VLLM_XPU_LAGUNA_DFLASH_CONTEXT_KV_WORKSPACE",),
+    "dflash_fp8_w8a16": ("VLLM_XPU_LAGUNA_DFLASH_FP8_W8A16",),
+    "m8_shared_elementwise": ("VLLM_XPU_LAGUNA_M8_SHARED_ELEMENTWISE",),
+    "m8_qknorm_rope": ("VLLM_XPU_LAGUNA_M8_QKNORM_ROPE",),
+    "cluster_iface": ("CCL_KVS_IFACE", "FI_TCP_IFACE"),
+}
+"""identity.txt's selectors and the service-environment variables that set them."""
+GRAPHS: Final = re.compile(r"BreakableCUDAGraphCapture\(graphs=(\d+), eager_breaks=(\d+)\)")
+SOURCES: Final = {"vllm_commit": "vllm", "kernel_commit": "kernel_record_tree"}
+"""identity.txt's commits and the producer's runtime-lock source each is."""
+FA2_MODULE: Final = "vllm_xpu_kernels._vllm_fa2_C"
+ATTENTION_LIBRARY: Final = "libattn_kernels_xe_2.so"
+MODEL_LISTING: Final = "model-directory-verification.sha256"
+
+
+@dataclass(frozen=True)
+class Judged:
+    """A check's contradictions, and how many statements it bound and left as stated only."""
+
+    problems: tuple[str, ...]
+    bound: int = 0
+    stated_only: tuple[str, ...] = ()
+
+
+# --- the run directory's files ---------------------------------------------------------------
+
+
+def inventory_problems(names: Sequence[str]) -> list[str]:
+    """Every file the layout needs is there, and every file there is one it judges."""
+    present = set(names)
+    problems = [
+        f"run/{name}: expected the record's {name}, found none"
+        for name in (*REQUIRED, *REQUIRED_IDLE)
+        if name not in present
+    ]
+    known = {*REQUIRED, *REQUIRED_IDLE, *OPTIONAL}
+    problems += [
+        f"run/{name}: a file no check of this record format judges (expected only "
+        f"{', '.join(sorted(known))} and idle-interval snapshots)"
+        for name in sorted(present)
+        if name not in known and SNAPSHOT.fullmatch(name) is None
+    ]
+    return problems
+
+
+def status_problems(text: str) -> list[str]:
+    if text.splitlines() != ["status=PASS"]:
+        return [f"run/{STATUS}: expected the one line status=PASS, found {text[:80]!r}"]
+    return []
+
+
+# --- idle ------------------------------------------------------------------------------------
+
+
+class _Snapshot(BaseModel):
+    model_config = ConfigDict(extra="ignore", frozen=True, strict=True)
+
+    status: str
+    observed_utc: str
+
+
+def idle_problems(
+    files: Mapping[str, bytes], suite_created_utc: str | None, verified_interval_s: int | None
+) -> list[str]:
+    """The idle snapshots around the run passed, in order around the suite, and the interval
+    summary states what the snapshot files are."""
+    problems = []
+    observed: dict[str, str] = {}
+    for name in (PRE_IDLE, *POST_IDLE, *(n for n in files if SNAPSHOT.fullmatch(n))):
+        if name not in files:
+            continue
+        try:
+            snapshot = _Snapshot.model_validate_json(files[name])
+        except ValidationError as error:
+            problems.append(f"run/{name}: expected an idle snapshot, found {_first(error)}")
+            continue
+        observed[name] = snapshot.observed_utc
+        if snapshot.status != "passed":
+            problems.append(f"run/{name}: status expected passed, found {snapshot.status!r}")
+    if suite_created_utc is not None:
+        if PRE_IDLE in observed and not observed[PRE_IDLE] < suite_created_utc:
+            problems.append(
+                f"run/{PRE_IDLE}: observed_utc expected before the suite's "
+                f"{suite_created_utc}, found {observed[PRE_IDLE]}"
+            )
+        problems += [
+            f"run/{name}: observed_utc expected after the suite's {suite_created_utc}, found "
+            f"{observed[name]}"
+            for name in POST_IDLE
+            if name in observed and not observed[name] > suite_created_utc
+        ]
+    summary = files.get(IDLE_SUMMARY)
+    if summary is not None:
+        problems += _summary_problems(summary.decode(errors="replace"), files, verified_interval_s)
+    return problems
+
+
+_SUMMARY_LINE: Final = re.compile(
+    r"(?P<phase>prestart|poststop) elapsed_seconds=(?P<elapsed>[0-9]+) snapshots=(?P<count>[0-9]+)"
+)
+
+
+def _summary_problems(
+    text: str, files: Mapping[str, bytes], verified_interval_s: int | None
+) -> list[str]:
+    where = f"run/{IDLE_SUMMARY}"
+    phases: dict[str, tuple[int, int]] = {}
+    problems = []
+    for number, line in enumerate(text.splitlines(), start=1):
+        match = _SUMMARY_LINE.fullmatch(line)
+        if match is None or match["phase"] in phases:
+            what = "a phase given twice" if match else repr(line[:80])
+            problems.append(
+                f"{where}:{number}: expected '<prestart|poststop> elapsed_seconds=N "
+                f"snapshots=N' once per phase, found {what}"
+            )
+            continue
+        phases[match["phase"]] = (int(match["elapsed"]), int(match["count"]))
+    for phase in ("prestart", "poststop"):
+        taken = sum(1 for n in files if n.startswith(f"idle-interval/{phase}-"))
+        if phase not in phases:
+            problems.append(f"{where}: expected a {phase} line, found none")
+            continue
+        elapsed, count = phases[phase]
+        if count != taken:
+            problems.append(
+                f"{where}: {phase} snapshots expected {taken} (the {phase} files), found {count}"
+            )
+        if verified_interval_s is not None and elapsed < verified_interval_s:
+            problems.append(
+                f"{where}: {phase} elapsed_seconds expected at least identity.txt's "
+                f"verified_idle_interval_seconds {verified_interval_s}, found {elapsed}"
+            )
+    return problems
+
+
+# --- identity.txt ----------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Statements:
+    """identity.txt read: its `key=value` statements and its `<sha256>  <path>` lines."""
+
+    values: dict[str, str]
+    files: dict[str, str]
+    """Path to the sha256 stated for it."""
+    problems: tuple[str, ...]
+
+
+_FILE_LINE: Final = re.compile(r"(?P<digest>[0-9a-f]{64})  (?P<path>/\S.*)")
+_KEY_LINE: Final = re.compile(r"(?P<key>[a-z][a-z0-9_]*)=(?P<value>.*)")
+
+
+def read_statements(text: str) -> Statements:
+    values: dict[str, str] = {}
+    files: dict[str, str] = {}
+    problems = []
+    for number, line in enumerate(text.splitlines(), start=1):
+        where = f"run/{IDENTITY}:{number}"
+        if (file := _FILE_LINE.fullmatch(line)) is not None:
+            if file["path"] in files:
+                problems.append(f"{where}: {file['path']} stated twice")
+            files[file["path"]] = file["digest"]
+        elif (key := _KEY_LINE.fullmatch(line)) is not None:
+            if key["key"] in values:
+                problems.append(f"{where}: {key['key']} stated twice")
+            values[key["key"]] = key["value"]
+        else:
+            problems.append(
+                f"{where}: expected key=value or '<sha256>  <path>', found {line[:80]!r}"
+            )
+    return Statements(values, files, tuple(problems))
+
+
+class _Foreign(BaseModel):
+    model_config = ConfigDict(extra="ignore", frozen=True)
+
+
+class LockSource(_Foreign):
+    commit: str
+
+
+class LockDigest(_Foreign):
+    module: str = ""
+    path: str = ""
+    path_template: str = ""
+    sha256: str
+
+
+class RuntimeLock(_Foreign):
+    """The parts of the producer's runtime lock that its other files restate."""
+
+    python_packages: dict[str, str] = {}
+    source: dict[str, LockSource] = {}
+    native_modules: tuple[LockDigest, ...] = ()
+    mapped_kernel_libraries: tuple[LockDigest, ...] = ()
+    runtime_files: tuple[LockDigest, ...] = ()
+
+
+@dataclass(frozen=True)
+class Run:
+    """What the other sealed files say, for identity.txt to be judged against."""
+
+    manifest: Manifest
+    argv: Sequence[str]
+    environment: Mapping[str, str]
+    lock: RuntimeLock
+    teacher_sources: Mapping[str, str | None]
+    """Each teacher file's name to the source sha256 it names."""
+    sealed: Mapping[str, bytes]
+    """The sealed files beside the run directory, by name (the model listing among them)."""
+    server_log: str
+
+
+def identity_problems(statements: Statements, run: Run) -> Judged:
+    """identity.txt's statements against the run's other sealed files."""
+    said = statements.values
+    problems = list(statements.problems)
+    bound: set[str] = set()
+    where = f"run/{IDENTITY}"
+
+    def expect(key: str, expected: str | None, source: str) -> None:
+        bound.add(key)
+        if expected is None:
+            problems.append(f"{where}: {key} is bound to {source}, which states none")
+        elif said.get(key) != expected:
+            problems.append(f"{where}: {key} expected {expected} ({source}), found {said.get(key)}")
+
+    expect("schema", IDENTITY_SCHEMA, "the record format repro reads")
+    manifest = run.manifest
+    declared = {s.name: s.commit for s in manifest.sources}
+    for key, name in SOURCES.items():
+        locked = run.lock.source.get(name)
+        expect(key, locked.commit if locked else None, f"runtime-lock.json source.{name}")
+        expect(key, declared.get(name), f"the manifest's [[source]] {name}")
+    paths = {m.role: m.path for m in manifest.models}
+    expect("model", paths.get("target"), "the manifest's target model path")
+    expect("draft", paths.get("draft"), "the manifest's draft model path")
+    listing = run.sealed.get(MODEL_LISTING)
+    expect(
+        "model_manifest_sha256",
+        None if listing is None else sha256_bytes(listing),
+        f"the sha256 of the sealed {MODEL_LISTING}",
+    )
+    fa2 = next((m.sha256 for m in run.lock.native_modules if m.module == FA2_MODULE), None)
+    expect("fa2_binary_sha256", fa2, f"runtime-lock.json's native module {FA2_MODULE}")
+    attention = next(
+        (m.sha256 for m in run.lock.mapped_kernel_libraries if m.path == ATTENTION_LIBRARY), None
+    )
+    expect("attn_library_sha256", attention, f"runtime-lock.json's {ATTENTION_LIBRARY}")
+    for name, source in run.teacher_sources.items():
+        expect("teacher_sha256", source, f"{name} source_sha256")
+    speculative = _speculative_config(run.argv)
+    depth = speculative.get("num_speculative_tokens")
+    expect("num_speculative_tokens", _shown(depth), "the argv's --speculative-config")
+    gate = manifest.oracle.gates.spec_decode
+    if gate is not None:
+        expect("num_speculative_tokens", str(gate.positions), "the spec_decode gate's positions")
+    argmax = speculative.get("use_local_argmax_reduction")
+    expect("local_argmax", _shown(argmax), "the argv's use_local_argmax_reduction")
+    expect("local_argmax", _flag(run.environment.get("LAGUNA_LOCAL_ARGMAX")), "LAGUNA_LOCAL_ARGMAX")
+    utilisation = _last(run.argv, "--gpu-memory-utilization")
+    bound.add("gpu_memory_utilization")
+    for value, source in (
+        (utilisation, "the argv's --gpu-memory-utilization"),
+        (run.environment.get("LAGUNA_GPU_UTIL"), "LAGUNA_GPU_UTIL"),
+    ):
+        if not _same_number(said.get("gpu_memory_utilization"), value):
+            problems.append(
+                f"{where}: gpu_memory_utilization expected {value} ({source}), found "
+                f"{said.get('gpu_memory_utilization')}"
+            )
+    for key, variables in SELECTORS.items():
+        for variable in variables:
+            expect(key, run.environment.get(variable), f"the service environment's {variable}")
+    problems += _graph_problems(said, run.server_log, where)
+    bound |= {"expected_num_graphs", "expected_num_eager_breaks"}
+    expect("suite_invocations", str(manifest.oracle.gates.fresh_starts), "the fresh_starts gate")
+    expect("retries", "0", "a record run once")
+    expect("no_warmup", "true", "a cold suite: the first request is a prompt of the suite")
+    bound.add("verified_idle_interval_seconds")  # judged against the idle interval's summary
+    problems += _runtime_file_problems(statements.files, run, where)
+    stated_only = tuple(sorted(set(said) - bound)) + tuple(
+        path for path in statements.files if not _under_venv(path, run.manifest)
+    )
+    files = sum(_under_venv(path, run.manifest) for path in statements.files)
+    return Judged(tuple(dict.fromkeys(problems)), len(bound & set(said)) + files, stated_only)
+
+
+def verified_interval(statements: Statements) -> int | None:
+    value = statements.values.get("verified_idle_interval_seconds", "")
+    return int(value) if value.isdecimal() else None
+
+
+def _graph_problems(said: Mapping[str, str], log: str, where: str) -> list[str]:
+    captures = GRAPHS.findall(log)
+    if not captures:
+        return [f"{where}: expected_num_graphs: no audited capture in run/server.log to bind"]
+    expected = (said.get("expected_num_graphs"), said.get("expected_num_eager_breaks"))
+    found = sorted(set(captures) - {expected})
+    return [
+        f"{where}: expected_num_graphs / expected_num_eager_breaks {expected[0]} / "
+        f"{expected[1]}, found a capture in run/server.log with graphs={g}, eager_breaks={e}"
+        for g, e in found
+    ]
+
+
+def _runtime_file_problems(files: Mapping[str, str], run: Run, where: str) -> list[str]:
+    venv = run.manifest.python.venv
+    locked = {expand(f.path_template, {"venv": venv}): f.sha256 for f in run.lock.runtime_files}
+    problems = []
+    for path, digest in files.items():
+        if not _under_venv(path, run.manifest):
+            continue
+        if locked.get(path) != digest:
+            problems.append(
+                f"{where}: {path} expected {locked.get(path) or 'a runtime file of '}"
+                f"{'' if path in locked else 'runtime-lock.json'}, found {digest}"
+            )
+    return problems
+
+
+def _under_venv(path: str, manifest: Manifest) -> bool:
+    venv = posixpath.normpath(manifest.python.venv)
+    return posixpath.normpath(path).startswith(venv + "/")
+
+
+def _speculative_config(argv: Sequence[str]) -> dict[str, object]:
+    value = _last(argv, "--speculative-config") or _last(argv, "-sc")
+    if value is None:
+        return {}
+    try:
+        document = json.loads(value.replace("{{", "{").replace("}}", "}"))
+    except json.JSONDecodeError:
+        return {}
+    return document if isinstance(document, dict) else {}
+
+
+def _last(argv: Sequence[str], flag: str) -> str | None:
+    found = None
+    for index, argument in enumerate(argv):
+        if flag_name(argument) == flag:
+            given = flag_value(argv, index)
+            found = None if given is None else given[1]
+    return found
+
+
+def _shown(value: object) -> str | None:
+    if isinstance(value, bool):
+        return "1" if value else "0"
+    return None if value is None else str(value)
+
+
+def _flag(value: str | None) -> str | None:
+    return {"true": "1", "false": "0", "1": "1", "0": "0"}.get((value or "").lower())
+
+
+def _same_number(stated: str | None, other: str | None) -> bool:
+    try:
+        return stated is not None and other is not None and float(stated) == float(other)
+    except ValueError:
+        return False
+
+
+# --- exactness-vs-q1.json --------------------------------------------------------------------
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="ignore", frozen=True, strict=True)
+
+
+class _ComparedRow(_Strict):
+    index: int
+    prompt_id: str
+    prompt_tokens: int
+    completion_tokens: int
+    cached_tokens: int | None
+    cached_zero: bool
+    token_ids_equal: bool
+    identity_equal: bool
+    exact: bool
+    first_diff: object = None
+
+
+class _Rollover(_Strict):
+    count: int
+    exact_count: int
+    rows: tuple[_ComparedRow, ...]
+
+
+class _LongThenNext(_Strict):
+    long_prompt_id: str
+    long_completion_tokens: int
+    long_exact: bool
+    next_prompt_id: str
+    next_exact: bool
+    passed: bool
+
+
+class _Comparison(_Strict):
+    exact: bool
+    exact_count: int
+    total: int
+    all_cached_zero: bool
+    rollover: _Rollover
+    long_then_next: _LongThenNext
+    rows: tuple[_ComparedRow, ...]
+
+
+class _Candidate(_Strict):
+    candidate: str
+    comparison: _Comparison
+
+
+class _Exactness(_Strict):
+    teacher: str
+    all_exact: bool
+    candidates: tuple[_Candidate, ...]
+
+
+def exactness_problems(
+    data: bytes,
+    suite: Suite,
+    rows: Sequence[OracleRow],
+    teacher: Sequence[TeacherRow],
+    run_directory: str | None,
+) -> list[str]:
+    """The record's own comparison with its teacher, as the rows and the teacher give it."""
+    where = f"run/{EXACTNESS}"
+    try:
+        document = _Exactness.model_validate_json(data)
+    except ValidationError as error:
+        return [f"{where}: expected the comparison of the run with its teacher, {_first(error)}"]
+    if len(document.candidates) != 1:
+        return [f"{where}: candidates expected one (this run), found {len(document.candidates)}"]
+    candidate = document.candidates[0]
+    compared = candidate.comparison
+    problems = []
+    if run_directory is not None and posixpath.dirname(candidate.candidate) != run_directory:
+        problems.append(
+            f"{where}: candidate expected the bench of {run_directory} (the run the service "
+            f"environment names), found {candidate.candidate}"
+        )
+    taught = {row.prompt_id: row.token_ids for row in teacher}
+    equal = [taught.get(row.prompt_id) == row.token_ids for row in rows]
+    prompts = len(suite.prompts)
+    states = {
+        "all_exact": (document.all_exact, all(equal) and len(rows) == prompts),
+        "comparison.exact": (compared.exact, all(equal) and len(rows) == prompts),
+        "comparison.exact_count": (compared.exact_count, sum(equal)),
+        "comparison.total": (compared.total, prompts),
+        "comparison.all_cached_zero": (
+            compared.all_cached_zero,
+            all(row.cached_tokens == 0 for row in rows),
+        ),
+    }
+    problems += [
+        f"{where}: {key} expected {again} (recomputed from the rows and the teacher), found "
+        f"{stated}"
+        for key, (stated, again) in states.items()
+        if stated != again
+    ]
+    problems += _compared_rows_problems(compared.rows, rows, equal, f"{where}: comparison.rows")
+    by_index = {row.index: row for row in compared.rows}
+    rollover = compared.rollover
+    for row in rollover.rows:
+        if by_index.get(row.index) != row:
+            problems.append(
+                f"{where}: comparison.rollover row {row.index} ({row.prompt_id}) expected the "
+                "same as comparison.rows' row of that index, found another"
+            )
+    if (rollover.count, rollover.exact_count) != (
+        len(rollover.rows),
+        sum(r.exact for r in rollover.rows),
+    ):
+        problems.append(
+            f"{where}: comparison.rollover count / exact_count expected "
+            f"{len(rollover.rows)} / {sum(r.exact for r in rollover.rows)} (its rows), found "
+            f"{rollover.count} / {rollover.exact_count}"
+        )
+    problems += _long_then_next_problems(compared.long_then_next, rows, equal, where)
+    return problems
+
+
+def _compared_rows_problems(
+    compared: Sequence[_ComparedRow], rows: Sequence[OracleRow], equal: Sequence[bool], at: str
+) -> list[str]:
+    if len(compared) != len(rows):
+        return [f"{at}: expected one row for each of the {len(rows)} bench rows, found "
+                f"{len(compared)}"]  # fmt: skip
+    problems = []
+    for place, (stated, row, same) in enumerate(zip(compared, rows, equal, strict=True)):
+        again = {
+            "index": row.prompt_index,
+            "prompt_id": row.prompt_id,
+            "prompt_tokens": row.prompt_tokens,
+            "completion_tokens": row.completion_tokens,
+            "cached_tokens": row.cached_tokens,
+            "cached_zero": row.cached_tokens == 0,
+            "token_ids_equal": same,
+            "exact": same,
+            "first_diff": None if same else stated.first_diff,
+        }
+        problems += [
+            f"{at}[{place}] ({row.prompt_id}): {key} expected {value!r} (bench.json and the "
+            f"teacher), found {getattr(stated, key)!r}"
+            for key, value in again.items()
+            if getattr(stated, key) != value
+        ]
+        if same and not stated.identity_equal:
+            problems.append(f"{at}[{place}] ({row.prompt_id}): identity_equal expected true")
+    return problems
+
+
+def _long_then_next_problems(
+    stated: _LongThenNext, rows: Sequence[OracleRow], equal: Sequence[bool], where: str
+) -> list[str]:
+    places = {row.prompt_id: place for place, row in enumerate(rows)}
+    long, after = places.get(stated.long_prompt_id), places.get(stated.next_prompt_id)
+    at = f"{where}: comparison.long_then_next"
+    if long is None or after != long + 1:
+        return [
+            f"{at}: expected two consecutive prompts of the rows, found "
+            f"{stated.long_prompt_id} then {stated.next_prompt_id}"
+        ]
+    again = {
+        "long_completion_tokens": rows[long].completion_tokens,
+        "long_exact": equal[long],
+        "next_exact": equal[after],
+        "passed": equal[long] and equal[after],
+    }
+    return [
+        f"{at}: {key} expected {value!r}, found {getattr(stated, key)!r}"
+        for key, value in again.items()
+        if getattr(stated, key) != value
+    ]
+
+
+# --- service-environment.txt -----------------------------------------------------------------
+
+
+def read_environment(text: str) -> tuple[dict[str, str], list[str]]:
+    environment: dict[str, str] = {}
+    problems = []
+    for number, line in enumerate(text.splitlines(), start=1):
+        name, equals, value = line.partition("=")
+        if not equals or not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", name):
+            problems.append(f"run/{ENVIRONMENT}:{number}: expected NAME=value, found {line[:80]!r}")
+        elif name in environment:
+            problems.append(f"run/{ENVIRONMENT}:{number}: {name} given twice")
+        else:
+            environment[name] = value
+    return environment, problems
+
+
+def run_directory(environment: Mapping[str, str]) -> str | None:
+    """The producer's run directory: where its private HOME lies."""
+    home = environment.get("HOME")
+    return None if not home else posixpath.dirname(posixpath.normpath(home))
+
+
+def environment_problems(environment: Mapping[str, str], manifest: Manifest) -> list[str]:
+    """The record's service environment against the manifest's `[launch.env]` and the loader
+    variables repro forbids."""
+    where = f"run/{ENVIRONMENT}"
+    values = {"venv": manifest.python.venv} | {
+        f"model.{m.role}": m.path for m in manifest.models if m.path
+    }
+    declared = {
+        name: expand(value, values)
+        for name, value in manifest.launch.env_for(manifest.oracle.teacher).items()
+    }
+    problems = [
+        f"{where}: {name} expected {value!r} ([launch.env]), found "
+        + (repr(environment[name]) if name in environment else "it unset")
+        for name, value in declared.items()
+        if environment.get(name) != value
+    ]
+    private = run_directory(environment)
+    for name, value in environment.items():
+        if name in declared or name in THE_SHELLS:
+            continue
+        if name in SOCKET_DIRECTORIES:
+            if not value.startswith("/"):
+                problems.append(f"{where}: {name} expected an absolute directory, found {value!r}")
+        elif name in PRIVATE_TO_THE_RUN:
+            if private is None or not posixpath.normpath(value).startswith(private + "/"):
+                problems.append(
+                    f"{where}: {name} expected a directory under the run's {private}, found "
+                    f"{value!r}"
+                )
+        elif name not in manifest.native.forbidden_environment:
+            problems.append(
+                f"{where}: {name}={value[:80]!r} is not in [launch.env] (expected only its "
+                "variables and the run's private directories)"
+            )
+    policy = AuditPolicy(
+        allowed_roots=tuple(
+            posixpath.normpath(expand(root, values))
+            for root in manifest.native.allowed_roots
+            if _expandable(root, values)
+        ),
+        forbidden_env=manifest.native.forbidden_environment,
+        preload=tuple(expand(p, values) for p in manifest.native.preload),
+    )
+    problems += [
+        f"{where}: {d.observed}: expected {d.expected} ({d.why})"
+        for d in env_drifts(0, "service", environment, policy)
+    ]
+    return problems
+
+
+def _expandable(template: str, values: Mapping[str, str]) -> bool:
+    try:
+        expand(template, values)
+    except KeyError:
+        return False
+    return True
+
+
+# --- the pip freeze and the runtime lock -----------------------------------------------------
+
+
+_EGG: Final = re.compile(r"#egg=(?P<name>[A-Za-z0-9][A-Za-z0-9._-]*)")
+_PINNED: Final = re.compile(r"(?P<name>[A-Za-z0-9][A-Za-z0-9._-]*)==(?P<version>\S+)")
+_DIRECT: Final = re.compile(r"(?P<name>[A-Za-z0-9][A-Za-z0-9._-]*) @ \S+")
+
+
+def freeze_problems(
+    text: str, where: str, manifest: Manifest, lock: RuntimeLock
+) -> tuple[int, list[str]]:
+    """A `pip freeze`: each distribution once; every `[python.packages]` pin is its version, and
+    the runtime lock names the versions it shows and the manifest's source commits."""
+    versions: dict[str, str | None] = {}
+    problems = []
+    for number, line in enumerate(text.splitlines(), start=1):
+        if not line.strip() or line.startswith("#"):
+            continue
+        if line.startswith("-e "):
+            egg = _EGG.search(line)
+            name, version = (egg["name"] if egg else None), None
+        elif (pinned := _PINNED.fullmatch(line)) is not None:
+            name, version = pinned["name"], pinned["version"]
+        elif (direct := _DIRECT.fullmatch(line)) is not None:
+            name, version = direct["name"], None
+        else:
+            name = None
+        if name is None:
+            problems.append(f"{where}:{number}: expected a pip freeze line, found {line[:80]!r}")
+            continue
+        key = canonicalize_name(name)
+        if key in versions:
+            problems.append(f"{where}:{number}: {name} expected once, found again")
+        versions[key] = version if name is not None else None
+    for name, package in manifest.python.packages.items():
+        found = versions.get(canonicalize_name(name))
+        if found != package.pinned:
+            problems.append(
+                f"{where}: {name} expected =={package.pinned} ([python.packages]), found "
+                + (f"=={found}" if found else "no pinned version")
+            )
+    for name, version in lock.python_packages.items():
+        if name in ("observed_full_freeze", "warning"):
+            continue
+        found = versions.get(canonicalize_name(name))
+        if found != version:
+            problems.append(
+                f"runtime-lock.json: python_packages.{name} expected {found} ({where}), found "
+                f"{version}"
+            )
+    declared = {s.name: s.commit for s in manifest.sources}
+    locked = {name: s.commit for name, s in lock.source.items()}
+    if locked != declared:
+        differing = sorted(n for n in {*locked, *declared} if locked.get(n) != declared.get(n))
+        problems += [
+            f"runtime-lock.json: source.{n} expected {declared.get(n)} (the manifest's "
+            f"[[source]]), found {locked.get(n)}"
+            for n in differing
+        ]
+    return len(versions), problems
+
+
+def _first(error: ValidationError) -> str:
+    detail = error.errors()[0]
+    place = ".".join(str(p) for p in detail["loc"]) or "the document"
+    return f"found {place}: {detail['msg']}"

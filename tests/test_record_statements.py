@@ -1,0 +1,328 @@
+"""An imported record forged as a holder of the example key would forge it: one statement of
+the record's files changed, then the record's own checksum list, the lock, the README and the
+seal all derived again with repro's own functions. Only the recomputation can refuse it, and it
+must, naming the claim the changed statement contradicts; `repro build` refuses the same record
+before sealing it.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+from bundle_assets import as_its_sealer
+
+from repro_serving.builder import imported
+from repro_serving.builder.build import BuildRefused, build
+from repro_serving.builder.handoff.readme import render_readme
+from repro_serving.builder.hashing import sha256_file
+from repro_serving.builder.manifest import Manifest
+from repro_serving.builder.sealing import bundle
+from repro_serving.builder.sealing.keys import SigningKey, TrustedKeys
+from repro_serving.builder.sealing.seal import Handoff
+from repro_serving.builder.verify import OpenedBundle, recompute, verify
+
+REPO = Path(__file__).resolve().parent.parent
+COMMITTED = REPO / "repro" / "laguna-102tps"
+KEY = SigningKey.from_path(REPO / "keys" / "example.key")
+TRUSTED = TrustedKeys.from_key_file(REPO / "keys" / "example.pub")
+
+Edit = Callable[[Path], None]
+"""A change to a copy of records/laguna-102tps (its root)."""
+
+FILES = "the record's files: each one judged, status=PASS"
+ROWS = "bench rows = their suite, their counts and their /metrics"
+IDLE = "idle snapshots around the run passed, in order"
+IDENTITY = "identity.txt = the runtime lock, the manifest, the argv, the environment, the log"
+EXACTNESS = "exactness-vs-q1.json = the rows and the teacher"
+ENVIRONMENT = "service-environment.txt = [launch.env], no loader override"
+FREEZE = "pip freeze = the pinned packages and the runtime lock"
+
+
+def _laid_out(tmp_path: Path, edit: Edit) -> Path:
+    """A copy of the record, edited, its checksum list derived again, beside a copy of the
+    manifest as the repository lays them out; the manifest's path."""
+    record = tmp_path / "records" / "laguna-102tps"
+    shutil.copytree(REPO / "records" / "laguna-102tps", record)
+    edit(record)
+    run = record / "evidence" / "record-run"
+    (record / "evidence" / "record-run.sha256").write_text(
+        "".join(
+            f"{sha256_file(p)}  record-run/{p.relative_to(run).as_posix()}\n"
+            for p in sorted(run.rglob("*"))
+            if p.is_file()
+        )
+    )
+    manifest = tmp_path / "manifests" / "laguna-102tps.toml"
+    manifest.parent.mkdir()
+    manifest.write_text((REPO / "manifests" / "laguna-102tps.toml").read_text())
+    shutil.copytree(REPO / "manifests" / "suites", manifest.parent / "suites")
+    return manifest
+
+
+def _readme(staged: Path) -> bytes:
+    """The README a forger writes: the claims as recomputed, failing ones included."""
+    opened = OpenedBundle.read(staged)
+    return render_readme(opened.lock, recompute(opened, handoff=False))
+
+
+def forged(tmp_path: Path, edit: Edit) -> Path:
+    manifest_path = _laid_out(tmp_path, edit)
+    manifest = Manifest.from_path(manifest_path)
+    assert manifest.evidence is not None
+    files = imported.ImportedFiles.of_manifest(manifest, manifest.evidence)
+    tools = COMMITTED / bundle.TOOLS_DIR
+    handoff = Handoff(
+        launcher=COMMITTED / bundle.LAUNCHER,
+        tools={path.name: path for path in tools.iterdir()},
+        readme=_readme,
+    )
+    (tmp_path / "out").mkdir()
+    with as_its_sealer(COMMITTED):
+        sealed, _lock = imported.seal_record(
+            manifest,
+            manifest_path,
+            files,
+            imported.load_record(files),
+            key=KEY,
+            parent=tmp_path / "out",
+            workdir=tmp_path / "work",
+            force=False,
+            handoff=handoff,
+        )
+    return sealed.path
+
+
+def failed(path: Path) -> dict[str, str]:
+    report = verify(path, TRUSTED)
+    assert report.findings == (), "the signature and every digest hold"
+    return {check.claim: check.detail for check in report.checks if not check.ok}
+
+
+# --- edits -----------------------------------------------------------------------------------
+
+
+def _run(name: str, change: Callable[[str], str]) -> Edit:
+    def edit(record: Path) -> None:
+        path = record / "evidence" / "record-run" / name
+        path.write_bytes(change(path.read_bytes().decode()).encode())
+
+    return edit
+
+
+def _json(name: str, change: Callable[[dict[str, object]], None]) -> Edit:
+    def rewrite(text: str) -> str:
+        document = json.loads(text)
+        change(document)
+        return json.dumps(document)
+
+    return _run(name, rewrite)
+
+
+def _line(name: str, pattern: str, replacement: str) -> Edit:
+    def change(text: str) -> str:
+        changed, count = re.subn(pattern, replacement, text, count=1, flags=re.MULTILINE)
+        assert count == 1, f"{pattern!r} not in {name}"
+        return changed
+
+    return _run(name, change)
+
+
+def _manifests(name: str, change: Callable[[str], str]) -> Edit:
+    def edit(record: Path) -> None:
+        path = record / "manifests" / name
+        path.write_text(change(path.read_text()))
+
+    return edit
+
+
+def _counter(sample: str, change: Callable[[float], float]) -> Edit:
+    """One sample of the metrics read after the suite changed."""
+    pattern = re.escape(sample) + r" (\S+)$"
+
+    def rewrite(text: str) -> str:
+        def replaced(match: re.Match[str]) -> str:
+            return f"{sample} {change(float(match[1]))}"
+
+        changed, count = re.subn(pattern, replaced, text, count=1, flags=re.MULTILINE)
+        assert count == 1, f"{sample} not read"
+        return changed
+
+    return _run("metrics-after-suite.prom", rewrite)
+
+
+def _first_row(change: Callable[[dict[str, object]], None]) -> Callable[[dict[str, object]], None]:
+    def rows(document: dict[str, object]) -> None:
+        candidates = document["candidates"]
+        assert isinstance(candidates, list)
+        change(candidates[0]["comparison"]["rows"][0])
+
+    return rows
+
+
+def _set(key: str, value: object) -> Callable[[dict[str, object]], None]:
+    return lambda document: document.__setitem__(key, value)
+
+
+def _drop_last_bench_row(document: dict[str, object]) -> None:
+    rows = document["rows"]
+    assert isinstance(rows, list)
+    rows.pop()
+
+
+def _tokens_without_ids(document: dict[str, object]) -> None:
+    rows = document["rows"]
+    assert isinstance(rows, list)
+    rows[0]["usage"]["completion_tokens"] -= 1
+
+
+def _extra_file(record: Path) -> None:
+    (record / "evidence" / "record-run" / "notes.txt").write_text("nothing checks me\n")
+
+
+LABELS = '{engine="0",model_name="laguna-s-2.1-int4"}'
+POSITION_0 = 'vllm:spec_decode_num_accepted_tokens_per_pos_total{engine="0",' + (
+    'model_name="laguna-s-2.1-int4",position="0"}'
+)
+
+FORGERIES: dict[str, tuple[Edit, set[str]]] = {
+    "status.txt says the run failed": (_run("status.txt", lambda _: "status=FAIL\n"), {FILES}),
+    "a failure after the idle check": (
+        _json("failure-post-idle.json", _set("status", "failed")),
+        {IDLE},
+    ),
+    "the idle check before the start taken after the suite": (
+        _json("pre-idle.json", _set("observed_utc", "2026-07-26T22:00:00+00:00")),
+        {IDLE},
+    ),
+    "the idle summary counting snapshots that are not there": (
+        _line(
+            "idle-interval/summary.txt",
+            r"^prestart (.*) snapshots=13$",
+            r"prestart \1 snapshots=14",
+        ),
+        {IDLE},
+    ),
+    "identity.txt naming another vLLM commit": (
+        _line("identity.txt", r"^vllm_commit=.*$", "vllm_commit=" + "0" * 40),
+        {IDENTITY},
+    ),
+    "identity.txt naming another teacher": (
+        _line("identity.txt", r"^teacher_sha256=.*$", "teacher_sha256=" + "1" * 64),
+        {IDENTITY},
+    ),
+    "identity.txt drafting 12 tokens": (
+        _line("identity.txt", r"^num_speculative_tokens=11$", "num_speculative_tokens=12"),
+        {IDENTITY},
+    ),
+    "identity.txt with another interpreter binary": (
+        _line("identity.txt", r"^202c17d1671602a4", "302c17d1671602a4"),
+        {IDENTITY},
+    ),
+    "identity.txt with a key given twice": (
+        _line("identity.txt", r"^retries=0$", "retries=0\nretries=3"),
+        {IDENTITY},
+    ),
+    "exactness-vs-q1.json counting a row it does not have": (
+        _json(
+            "exactness-vs-q1.json",
+            _first_row(_set("completion_tokens", 511)),
+        ),
+        {EXACTNESS},
+    ),
+    "exactness-vs-q1.json from another run": (
+        _json(
+            "exactness-vs-q1.json",
+            lambda d: d["candidates"][0].__setitem__("candidate", "/elsewhere/bench.json"),  # type: ignore[index]
+        ),
+        {EXACTNESS},
+    ),
+    "exactness-vs-q1.json saying the run was not exact": (
+        _json("exactness-vs-q1.json", _set("all_exact", False)),
+        {EXACTNESS},
+    ),
+    "a preload from /tmp in the service environment": (
+        _line("service-environment.txt", r"^LD_PRELOAD=$", "LD_PRELOAD=/tmp/evil.so"),
+        {ENVIRONMENT},
+    ),
+    "LD_LIBRARY_PATH led through /tmp": (
+        _line("service-environment.txt", r"^LD_LIBRARY_PATH=", "LD_LIBRARY_PATH=/tmp/lib:"),
+        {ENVIRONMENT},
+    ),
+    "a serving variable [launch.env] does not state": (
+        _line("service-environment.txt", r"^LANG=", "VLLM_ATTENTION_BACKEND=TORCH_SDPA\nLANG="),
+        {ENVIRONMENT},
+    ),
+    "a [launch.env] value other than the record's": (
+        _line("service-environment.txt", r"^OMP_NUM_THREADS=1$", "OMP_NUM_THREADS=8"),
+        {ENVIRONMENT},
+    ),
+    "another torch in the freeze": (
+        _manifests(
+            "pip-freeze-observed.txt", lambda t: t.replace("torch==2.12.0+xpu", "torch==2.12.0+cpu")
+        ),
+        {FREEZE},
+    ),
+    "one distribution frozen twice": (
+        _manifests("pip-freeze-observed.txt", lambda t: t + "torch==2.13.0\n"),
+        {FREEZE},
+    ),
+    "the runtime lock naming another source commit": (
+        _manifests(
+            "runtime-lock.json",
+            lambda t: t.replace("906190641d708b8028018c5dde653e265c835348", "0" * 40, 1),
+        ),
+        {FREEZE},
+    ),
+    "position 0 accepting more than there were drafts": (
+        _counter(POSITION_0, lambda v: v + 2000),
+        {ROWS},
+    ),
+    "more tokens accepted than were generated": (
+        _counter("vllm:spec_decode_num_accepted_tokens_total" + LABELS, lambda v: v + 7000),
+        {ROWS},
+    ),
+    "no draft, yet tokens accepted": (
+        _counter("vllm:spec_decode_num_drafts_total" + LABELS, lambda v: v - 1609),
+        {ROWS},
+    ),
+    "a row's completion_tokens not its token ids": (
+        _json("bench.json", _tokens_without_ids),
+        {ROWS},
+    ),
+    "a row dropped": (_json("bench.json", _drop_last_bench_row), {ROWS}),
+    "a file of the run directory that nothing judges": (_extra_file, {FILES}),
+}
+
+
+def test_the_forger_reproduces_the_committed_bundle_when_it_changes_nothing(
+    tmp_path: Path,
+) -> None:
+    """Without this, a refusal below could come from the forger, not from the statement."""
+    assert failed(forged(tmp_path, lambda _: None)) == {}
+
+
+@pytest.mark.parametrize("case", FORGERIES, ids=list(FORGERIES))
+def test_a_forged_statement_is_refused_by_the_claim_it_contradicts(
+    tmp_path: Path, case: str
+) -> None:
+    edit, claims = FORGERIES[case]
+    found = failed(forged(tmp_path, edit))
+    assert claims <= set(found), found
+    assert all(found[claim] for claim in claims), "each refusal says what it found"
+
+
+def test_a_build_of_a_record_whose_status_says_failed_is_refused_before_sealing(
+    tmp_path: Path,
+) -> None:
+    manifest = _laid_out(tmp_path, _run("status.txt", lambda _: "status=FAIL\n"))
+    with pytest.raises(BuildRefused) as refused:
+        build(manifest, KEY, tmp_path, tmp_path / "work")
+    assert [(d.subject, d.observed) for d in refused.value.drifts] == [
+        (FILES, "run/status.txt: expected the one line status=PASS, found 'status=FAIL\\n'")
+    ]
+    assert not (tmp_path / "laguna-102tps").exists()
