@@ -561,6 +561,16 @@ def _lying_size(root: Path) -> None:
     wheel.write_bytes(bytes(data))
 
 
+def _unknown_method(root: Path) -> None:
+    """The kernel set a Laguna bundle judges by, told compressed by a method zipfile lacks."""
+    wheel = wheel_of(root)
+    data = bytearray(wheel.read_bytes())
+    at = data.rindex(b"repro_serving/builder/kernels/xpu.toml") - 46
+    assert data[at : at + 4] == b"PK\x01\x02"
+    data[at + 10 : at + 12] = (99).to_bytes(2, "little")  # its compression method
+    wheel.write_bytes(bytes(data))
+
+
 def _many(root: Path) -> None:
     rewheel(root, lambda entries: [
         *entries, *((entry(f"repro_serving/x/{n}.txt"), b"") for n in range(10_001))
@@ -573,6 +583,7 @@ ARCHIVES = {
     "a bomb": (_bomb, "its members unpack to too much"),
     "a member lying about its size": (_lying_size, "not a zip archive that can be read"),
     "too many members": (_many, "too many members"),
+    "a member compressed by an unknown method": (_unknown_method, "not a zip archive"),
     "too large": (_whole(lambda d: d + bytes(65 << 20)), "is too large"),
 }
 

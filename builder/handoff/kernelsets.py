@@ -18,6 +18,7 @@ from typing import Final
 from repro_serving.builder.claims import ClaimCheck
 from repro_serving.builder.documents import read_sealed
 from repro_serving.builder.errors import ReproError
+from repro_serving.builder.handoff.tools import UNREADABLE_ZIP
 from repro_serving.builder.lock import EvidenceClass, Lock
 from repro_serving.builder.readers import KERNEL_SET_LIMIT
 from repro_serving.builder.sealing.bundle import KERNEL_SETS_DIR, TOOLS_DIR, wheel_filename
@@ -50,7 +51,7 @@ def kernel_sets_check(bundle: Path, lock: Lock, names: Sequence[str]) -> ClaimCh
                         f"{KERNEL_SETS_DIR}/{name}.toml: expected the bytes of {wheel.name} "
                         f"member {member}, found other bytes"
                     )
-    except (ReproError, OSError, zipfile.BadZipFile, ValueError) as error:
+    except (ReproError, *UNREADABLE_ZIP) as error:
         detail = error.diagnostics() if isinstance(error, ReproError) else repr(error)
         return ClaimCheck(claim, EvidenceClass.SEALED, "unreadable", False, detail[:600])
     value = f"{len(names) - len(own)} of {len(names)} shipped by repro"

@@ -99,7 +99,7 @@ FIRST_PIN_LINE: Final = 5
 """The line of requirements.txt its first pin is on, below the four lines of its header."""
 _NATIVE = re.compile(r"\.(so|pyd|dll|dylib)(\.|$)")
 """An extension module or a shared library: imported before the module of the same name."""
-_UNREADABLE_ZIP = (
+UNREADABLE_ZIP = (  # what zipfile raises on an archive it cannot read, whatever the cause
     zipfile.BadZipFile,
     zipfile.LargeZipFile,
     NotImplementedError,
@@ -200,7 +200,7 @@ def _read_wheel(path: Path, version: str) -> _Wheel | str:
                 if not info.is_dir():
                     with archive.open(info) as member:
                         contents[info.filename] = member.read(info.file_size + 1)
-    except _UNREADABLE_ZIP as error:
+    except UNREADABLE_ZIP as error:
         return _problem(
             where, "not a zip archive that can be read", expected="a wheel", found=repr(error)[:200]
         )
