@@ -3,7 +3,8 @@
 A start is one tree, spawned, ready, audited, asked, torn down: `server.json` names its group
 leader (the root of its sealed audit, a child of the repro that ran it) and when it was spawned
 and ready; every audited process was started by the kernel between the spawn and the teardown;
-`teardown.json` proves every audited process gone, and says when it began and ended and how
+`teardown.json` proves every audited process gone and names no other (a process the audit never
+saw ran code nothing judged), and says when it began and ended and how
 much of the log was written while the stack served; the log is not empty. Two starts are two:
 start N+1 was spawned after start N's teardown ended, every one of its processes started after
 it, no process (pid and start time) is in both, and its rows were not timed at the same instants.
@@ -94,6 +95,12 @@ def _one_start(start: StartEvidence, repro_pid: int | None) -> list[str]:
         left = sorted(audited - set(teardown.pids))
         problems.append(
             f"{at}/teardown.json: pids: expected every audited pid, found {left} missing"
+        )
+    if beyond := sorted(set(teardown.pids) - audited):
+        # a process of the tree the audit never saw ran code no check judged
+        problems.append(
+            f"{at}/teardown.json: pids: expected only the audited tree, found {beyond} that the "
+            "audit never saw"
         )
     if not set(teardown.killed) <= set(teardown.pids):
         problems.append(f"{at}/teardown.json: killed: expected pids of the tree, found others")

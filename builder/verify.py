@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import functools
 import itertools
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
@@ -597,23 +597,41 @@ def _audit_checks(sealed: OpenedBundle) -> list[ClaimCheck]:
     checks = []
     for start, rank in _starts_and_ranks(sealed):
         audit = sealed.audit(start, rank)
-        drifts = audit.all_drifts
+        problems = [
+            f"{d.kind.value} {d.subject}: expected {d.expected}, found {d.observed}"
+            for d in audit.all_drifts
+        ]
+        if rank == 0:
+            problems += _root_environment_problems(audit, sealed.run.env, start)
         name = f"start-{start}" + (f" rank {rank}" if rank else "")
         checks.append(
             ClaimCheck(
                 f"live audit of {name} judged again (roots, preload, env, pins, dispatch, roles)",
                 EvidenceClass.SEALED,
                 f"{len(audit.processes)} processes, {audit.files} ELF files",
-                not drifts,
-                _shown(
-                    [
-                        f"{d.kind.value} {d.subject}: expected {d.expected}, found {d.observed}"
-                        for d in drifts
-                    ]
-                ),
+                not problems,
+                _shown(problems),
             )
         )
     return checks
+
+
+def _root_environment_problems(
+    audit: SealedAudit, launched: Mapping[str, str], start: int
+) -> list[str]:
+    """The audited root was spawned with run.json's environment: each variable the audit
+    kept of it (the loader's, `native.processes.LOADER_ENV`) is run.json's, with its value.
+    (A process that renames itself may have cleared some: one missing is not a drift.)"""
+    root = next((p for p in audit.processes if p.pid == audit.root_pid), None)
+    if root is None:
+        return []  # the audit check names a tree without its root
+    return [
+        f"environment pid {root.pid} ({root.role}): {name}: expected "
+        + (f"{launched[name]!r} (run.json env)" if name in launched else "unset (run.json env)")
+        + f", found {value!r} in start-{start}'s audit"
+        for name, value in sorted(root.environ.items())
+        if launched.get(name) != value
+    ]
 
 
 def _starts_and_ranks(sealed: OpenedBundle) -> list[tuple[int, int]]:
@@ -681,8 +699,20 @@ def _native_check(sealed: OpenedBundle) -> ClaimCheck:
     lock = sealed.lock.native
     count = sum(len(objects) for objects in lock.roles.values())
     same = roles == lock.roles and environments == lock.environments
-    ok = same and not audit_drifts
+    # every later start maps what the lock says the stack maps, with the same environments
+    others = [
+        start
+        for start in range(2, sealed.manifest.oracle.gates.fresh_starts + 1)
+        if (processes := sealed.audit(start).processes) is not None
+        and (
+            roles_claim(processes, values) != lock.roles
+            or environments_claim(processes, values) != lock.environments
+        )
+    ]
+    ok = same and not audit_drifts and not others
     detail = "" if ok else f"{len(audit_drifts)} audit drift(s); mappings equal: {same}"
+    if others:
+        detail += "; start " + ", ".join(map(str, others)) + " maps other files or environments"
     return ClaimCheck(
         "native.roles (live audit of every process)",
         lock.evidence,

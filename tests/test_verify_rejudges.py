@@ -251,6 +251,33 @@ def test_a_sealed_audit_is_judged_again(
     assert "live_audit:start-1" in failed(document, "gates")
 
 
+def test_a_root_started_with_another_environment_than_run_json_is_refused(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """No loader rule forbids a bigger KV cache; run.json says the stack ran without it."""
+
+    def bigger(document: dict[str, Any]) -> None:
+        root = next(p for p in document["processes"] if p["pid"] == document["root_pid"])
+        root["environ"]["VLLM_CPU_KVCACHE_SPACE"] = "64"
+
+    document = hostile(tmp_path, capsys, _edit_role("api_server", bigger, start=2))
+    detail = failed(document, "live audit of start-2 judged again")
+    assert "VLLM_CPU_KVCACHE_SPACE: expected '1' (run.json env), found '64'" in detail
+
+
+def test_a_later_start_mapping_other_files_than_the_lock_is_refused(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The lock's mappings are start 1's; start 2's worker maps one file of other bytes."""
+
+    def other_bytes(document: dict[str, Any]) -> None:
+        mapped = document["processes"][0]["objects"][-1]
+        mapped["sha256"] = "0" * 64
+
+    document = hostile(tmp_path, capsys, _edit_role("worker", other_bytes, start=2))
+    assert "start 2 maps other files or environments" in failed(document, "native.roles")
+
+
 def test_a_drift_removed_from_drifts_json_alone_is_refused(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -319,6 +346,14 @@ START_LIES: dict[str, tuple[Edit, str, str]] = {
         _json("evidence/start-2/teardown.json", lambda d: d.__setitem__("pids", d["pids"][:1])),
         "fresh starts",
         "pids: expected every audited pid",
+    ),
+    "a process the audit never saw": (
+        _json(
+            "evidence/start-1/teardown.json",
+            lambda d: d.__setitem__("pids", [*d["pids"], max(d["pids"]) + 7]),
+        ),
+        "fresh starts",
+        "that the audit never saw",
     ),
     "server.json naming another pid": (
         _json("evidence/start-1/server.json", lambda d: d.__setitem__("pid", d["pid"] + 1)),
