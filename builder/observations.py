@@ -12,6 +12,8 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
+from packaging.utils import InvalidWheelFilename, canonicalize_name, parse_wheel_filename
+from packaging.version import InvalidVersion, Version
 from pydantic import BaseModel, ConfigDict
 
 from repro_serving.builder.canonical import canonical_json
@@ -94,6 +96,69 @@ class ObservationsDocument(_Document):
     @classmethod
     def from_bytes(cls, data: bytes, *, where: str) -> ObservationsDocument:
         return parse_document(cls, data, where=where, what="the sealed observations")
+
+    def contradictions(self) -> list[Drift]:
+        """What this document says against itself: the interpreter's version against the
+        venv's configuration and its site directory, the venv's paths against each other, each
+        pinned wheel against the distribution it is pinned for."""
+        if self.python is None:
+            return []
+        python, values = self.python, self.values
+        found = []
+        release = ".".join(python.version.split(".")[:2])
+        if ".".join(python.configured_version.split(".")[:2]) != release:
+            found.append(
+                _contradiction("python.configured_version", release, python.configured_version)
+            )
+        venv = values.get("venv", "")
+        expected = {
+            "python": f"{venv}/bin/python",
+            "site": f"{venv}/lib/python{release}/site-packages",
+        }
+        found += [
+            _contradiction(f"values.{name}", path, values.get(name, "absent"))
+            for name, path in expected.items()
+            if values.get(name) != path
+        ]
+        installed: dict[str, str] = {
+            canonicalize_name(d.name): d.version for d in python.distributions
+        }
+        found += [
+            _contradiction(
+                f"artifacts.pinned.{key}",
+                f"the wheel of the installed {key} {installed.get(key, '(none)')}",
+                f"{wheel.filename} ({wheel.name} {wheel.version})",
+            )
+            for key, wheel in self.artifacts.pinned.items()
+            if not _wheel_of(wheel, key, installed.get(key))
+        ]
+        found += [
+            _contradiction(f"artifacts.unresolved.{key}", "an installed distribution", "none")
+            for key in self.artifacts.unresolved
+            if key not in installed
+        ]
+        return found
+
+
+def _contradiction(field: str, expected: str, found: str) -> Drift:
+    return Drift(
+        kind=DriftKind.CLAIM,
+        subject=f"{OBSERVATIONS_FILE}: {field}",
+        expected=expected,
+        observed=found,
+        why="the sealed observations contradict themselves",
+    )
+
+
+def _wheel_of(wheel: WheelArtifact, key: str, installed: str | None) -> bool:
+    """`wheel` is named for the distribution `key` at its installed version, and its file
+    name says the same."""
+    try:
+        name, version, _build, _tags = parse_wheel_filename(wheel.filename)
+        named = (name, version) == (canonicalize_name(wheel.name), Version(wheel.version))
+    except (InvalidWheelFilename, InvalidVersion):
+        return False
+    return named and canonicalize_name(wheel.name) == key and wheel.version == installed
 
 
 def observe(manifest: Manifest) -> Observations:

@@ -912,7 +912,7 @@ def _observations_check(sealed: OpenedBundle) -> ClaimCheck:
         python=document.python,
         unobservable=(),
     )
-    found = observation_drifts(sealed.manifest, observed)
+    found = [*observation_drifts(sealed.manifest, observed), *document.contradictions()]
     if document.python is None:
         found.insert(0, _sealed_drift(OBSERVATIONS_FILE, "python", "the venv observed", "null"))
     return ClaimCheck(

@@ -549,6 +549,40 @@ OBSERVATION_LIES: dict[str, tuple[Edit, str, str]] = {
         "observations.json judged again",
         "no check of its files recorded",
     ),
+    "an interpreter of another release than its venv": (
+        _json(
+            "evidence/observations.json",
+            lambda d: d["python"].__setitem__("version", "3.12.7"),
+        ),
+        "observations.json judged again",
+        "python.configured_version",
+    ),
+    "a site directory of another venv": (
+        _json(
+            "evidence/observations.json",
+            lambda d: d["values"].__setitem__("site", "/tmp/site-packages"),
+        ),
+        "observations.json judged again",
+        "values.site",
+    ),
+    "a wheel pinned at another version than installed": (
+        _json(
+            "evidence/observations.json",
+            lambda d: d["artifacts"]["pinned"]["torch"].__setitem__("version", "2.0.0"),
+        ),
+        "observations.json judged again",
+        "artifacts.pinned.torch",
+    ),
+    "a wheel file of another distribution": (
+        _json(
+            "evidence/observations.json",
+            lambda d: d["artifacts"]["pinned"]["torch"].__setitem__(
+                "filename", "evil-2.13.0+cpu-cp311-cp311-linux_x86_64.whl"
+            ),
+        ),
+        "observations.json judged again",
+        "artifacts.pinned.torch",
+    ),
     "run.json of another suite": (
         _json("evidence/run.json", lambda d: d.__setitem__("suite", "other-v1")),
         "lock = the sealed manifest",
