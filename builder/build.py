@@ -68,7 +68,7 @@ from repro_serving.builder.sealing.seal import (
 )
 from repro_serving.builder.sealing.statement import resolved_dependencies
 from repro_serving.builder.verify import OpenedBundle, recompute
-from repro_serving.launch.cluster import NodesDocument
+from repro_serving.launch.nodes import NodesDocument
 from repro_serving.launch.run import RunPlan, RunRecord, capture_teacher, run_profile
 from repro_serving.launch.rundir import (
     AUDIT_DIR,

@@ -28,8 +28,8 @@ from repro_serving.builder.native.kernels import KernelSet
 from repro_serving.builder.native.modules import is_module_file
 from repro_serving.builder.observe.python import placeholder_path
 from repro_serving.builder.sealing.statement import repro_version
-from repro_serving.launch.cluster import NodesDocument
 from repro_serving.launch.evidence import OracleRow
+from repro_serving.launch.nodes import NodesDocument
 from repro_serving.launch.throughput import UnmeasurableRow, measure
 
 LOADER_PATH_VARIABLES = ("LD_LIBRARY_PATH", "LD_PRELOAD")

@@ -834,6 +834,10 @@ class Prompt(_Frozen):
         return self.given() == ("sha256",)
 
 
+ENDPOINTS: Final = {"chat": "/v1/chat/completions", "completion": "/v1/completions"}
+"""The OpenAI-compatible path a suite's requests are posted to, by its `api`."""
+
+
 class Suite(_Frozen):
     """The prompts asked once each, in order. A suite whose prompts are identified by their
     sha256 alone describes an imported record and cannot be replayed (`replayable`); it may

@@ -44,6 +44,7 @@ from repro_serving.builder.verify import (
 )
 from repro_serving.launch import cluster
 from repro_serving.launch.evidence import Teacher
+from repro_serving.launch.nodes import node_name
 from repro_serving.launch.run import RunPlan, RunRecord, observe_cluster, run_profile
 
 
@@ -148,7 +149,7 @@ def node_preflight(opened: OpenedBundle, profile: str) -> list[Drift]:
     found = cluster.node_drifts(facts)
     for claim in opened.lock.nodes:
         node = facts.node(claim.rank).host
-        name = cluster.node_name(claim.rank, claim.address)
+        name = node_name(claim.rank, claim.address)
         found += [
             drift.model_copy(update={"subject": f"{name}: {drift.subject}"})
             for drift in (

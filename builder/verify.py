@@ -59,7 +59,6 @@ from repro_serving.builder.sealing.statement import (
     resolved_dependencies,
 )
 from repro_serving.launch import consistency, metrics, quality
-from repro_serving.launch.cluster import NodesDocument
 from repro_serving.launch.evidence import (
     OracleRow,
     Rows,
@@ -73,6 +72,7 @@ from repro_serving.launch.evidence import (
     VerdictStatus,
 )
 from repro_serving.launch.gates import audit_verdict, judge_run, server_log_verdict
+from repro_serving.launch.nodes import NodesDocument
 from repro_serving.launch.rundir import (
     AUDIT_DIR,
     DRIFTS_FILE,

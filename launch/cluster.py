@@ -28,10 +28,7 @@ from pathlib import Path
 from typing import Any, Final
 
 import psutil
-from pydantic import BaseModel, ConfigDict
 
-from repro_serving.builder.canonical import canonical_json
-from repro_serving.builder.documents import parse_document
 from repro_serving.builder.drift import Drift, DriftKind
 from repro_serving.builder.errors import NotObservable, ReproError
 from repro_serving.builder.manifest import Manifest
@@ -40,8 +37,9 @@ from repro_serving.builder.native.kernels import KernelSet
 from repro_serving.builder.native.policy import judge_tree, observe_tree
 from repro_serving.builder.native.rules import AuditPolicy
 from repro_serving.builder.observe.dispatch import probe_code_paths
-from repro_serving.builder.observe.host import HostFacts, observe_host
+from repro_serving.builder.observe.host import observe_host
 from repro_serving.launch import server as lifecycle
+from repro_serving.launch.nodes import NodeFacts, NodesDocument, node_name
 
 ADDRESS_VARIABLE: Final = "RAY_ADDRESS"
 CALL_SLACK_S: Final = 60.0
@@ -57,54 +55,6 @@ class NodeUnreachable(NotObservable):
 
 class NodeDrift(ReproError):
     """A node does not hold what the run needs (an undeclared node, a forbidden variable)."""
-
-
-# --- what a node says of itself ------------------------------------------------------------------
-
-
-class NodeFacts(BaseModel):
-    """One node as its actor observed it."""
-
-    model_config = ConfigDict(frozen=True, extra="forbid")
-
-    rank: int
-    address: str
-    """The address its Ray node was started with."""
-    node_id: str
-    hostname: str
-    host: HostFacts
-    forbidden: dict[str, str]
-    """Each variable of the manifest's forbidden environment set in the node's environment."""
-    probes: dict[str, str]
-    """Dispatch name → the variant the serving interpreter reported on that node."""
-
-
-class NodesDocument(BaseModel):
-    """`nodes.json`: every declared node's facts, by rank, and the nodes nobody declared."""
-
-    model_config = ConfigDict(frozen=True, extra="forbid")
-
-    nodes: tuple[NodeFacts, ...]
-    undeclared: tuple[str, ...]
-    """Addresses of live Ray nodes of the cluster that no `[[node]]` names."""
-
-    def to_bytes(self) -> bytes:
-        document = self.model_dump(mode="json")
-        for node, facts in zip(document["nodes"], self.nodes, strict=True):
-            node["host"] = facts.host.to_json()
-        return canonical_json(document)
-
-    @classmethod
-    def from_bytes(cls, data: bytes, *, where: str) -> NodesDocument:
-        return parse_document(cls, data, where=where, what="the nodes' facts")
-
-    def node(self, rank: int) -> NodeFacts:
-        return next(n for n in self.nodes if n.rank == rank)
-
-
-def node_name(rank: int, address: str) -> str:
-    """How a refusal names a node."""
-    return f"node rank {rank} ({address})"
 
 
 # --- the actor on each node ----------------------------------------------------------------------

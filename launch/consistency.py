@@ -52,14 +52,11 @@ from dataclasses import dataclass
 from itertools import pairwise
 from typing import Final, Literal
 
-from prometheus_client.parser import text_string_to_metric_families
-
 from repro_serving.builder.errors import BadInput
-from repro_serving.builder.manifest import Suite
+from repro_serving.builder.manifest import ENDPOINTS, Suite
 from repro_serving.builder.observe.vllmargv import flag_name, flag_value
 from repro_serving.launch.evidence import OracleRow
-from repro_serving.launch.metrics import LabelSet, Samples, samples
-from repro_serving.launch.oracle import ENDPOINTS
+from repro_serving.launch.metrics import LabelSet, Samples, families, samples
 
 FINISH_REASONS: Final = ("stop", "length")
 """How a complete answer ends (vLLM's `abort`, `error` and `repetition` are not answers, and
@@ -437,7 +434,7 @@ def metrics_problems(
     reads = _Reads(
         samples(before_text, sources[0]),
         samples(after_text, sources[1]),
-        _growing(before_text) | _growing(after_text),
+        _growing(before_text, sources[0]) | _growing(after_text, sources[1]),
     )
     pair = f"{sources[0]} → {sources[1]}"
     problems = _reading_problems(reads, pair)
@@ -457,10 +454,10 @@ def metrics_problems(
     return Findings(tuple(problems + check.problems), tuple(dict.fromkeys(check.not_applicable)))
 
 
-def _growing(text: str) -> frozenset[str]:
+def _growing(text: str, source: str) -> frozenset[str]:
     return frozenset(
         sample.name
-        for family in text_string_to_metric_families(text)
+        for family in families(text, source)
         if family.type in ("counter", "histogram")
         for sample in family.samples
         if not sample.name.endswith("_created")

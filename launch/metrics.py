@@ -1,11 +1,16 @@
 """vLLM's Prometheus counters, read before and after the suite and diffed into a `MetricsDelta`.
 
-This module owns which counters a run is judged by and how a diff is taken. The text exposition
-is parsed with `prometheus_client`'s own parser. A counter's family name is the one vLLM
-registers (vLLM 0.32, `vllm/v1/metrics/loggers.py` and `vllm/v1/spec_decode/metrics.py`); its
-value is the `<family>_total` sample of each label set. The diff is taken per label set, then
-summed over the label sets (one per engine); the per-position acceptance counters are summed
-per `position` label instead.
+This module owns which counters a run is judged by and how a diff is taken, and the reading of
+Prometheus text exposition (format 0.0.4, what vLLM's `/metrics` serves): `families` groups each
+sample under the `# TYPE` family it follows, as `prometheus_client`'s parser does (the tests hold
+the two equal on every sealed text), strictly: a line that is no comment and no
+`name{label="value",...} value [timestamp]` sample is refused. It is repro's own because a
+verify reads every sealed text and the reference parser took most of its time.
+
+A counter's family name is the one vLLM registers (vLLM 0.32, `vllm/v1/metrics/loggers.py` and
+`vllm/v1/spec_decode/metrics.py`); its value is the `<family>_total` sample of each label set.
+The diff is taken per label set, then summed over the label sets (one per engine); the per-
+position acceptance counters are summed per `position` label instead.
 
 A diff is only meaningful between two reads of the same counters: a label set that goes
 backwards, whose `<family>_created` timestamp changed (the counter was recreated), or that is
@@ -15,11 +20,12 @@ present in one read and not the other, raises `CounterReset`. Text that does not
 
 from __future__ import annotations
 
+import functools
+import re
 from collections import defaultdict
 from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
 from typing import Final
-
-from prometheus_client.parser import text_string_to_metric_families
 
 from repro_serving.builder.errors import BadInput, ReproError
 from repro_serving.launch.evidence import MetricsDelta
@@ -50,19 +56,129 @@ class CounterReset(ReproError):
     label set appeared or vanished between them. The suite's diff cannot be taken."""
 
 
-def samples(text: str, source: str) -> Samples:
-    """Every sample of `text` by name and label set; `source` names the text in errors."""
-    found: dict[str, dict[LabelSet, float]] = defaultdict(dict)
-    try:
-        families = list(text_string_to_metric_families(text))
-    except ValueError as error:
+@dataclass(frozen=True)
+class Sample:
+    name: str
+    labels: dict[str, str]
+    value: float
+
+
+@dataclass(frozen=True)
+class Family:
+    """One metric family: its name (a counter's without `_total`), its type (`untyped` when
+    no `# TYPE` line precedes it), its samples in order."""
+
+    name: str
+    type: str
+    samples: tuple[Sample, ...]
+
+
+TYPES: Final = ("counter", "gauge", "histogram", "gaugehistogram", "summary", "untyped", "info")
+_SUFFIXES: Final = {
+    "counter": ("_total", "_created"),
+    "histogram": ("_bucket", "_count", "_sum", "_created"),
+    "gaugehistogram": ("_bucket", "_gcount", "_gsum"),
+    "summary": ("_count", "_sum", "_created"),
+    "info": ("_info",),
+}
+_NAME: Final = re.compile(r"[a-zA-Z_:][a-zA-Z0-9_:]*")
+_LABEL: Final = re.compile(
+    r'[ \t]*([a-zA-Z_][a-zA-Z0-9_]*)[ \t]*=[ \t]*"((?:[^"\\\n]|\\.)*)"[ \t]*'
+)
+_VALUE: Final = re.compile(
+    r"[ \t]+([+-]?(?:(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)(?:[eE][+-]?[0-9]+)?|[Ii]nf|NaN|nan))"
+    r"(?:[ \t]+-?[0-9]+)?[ \t]*"
+)
+_ESCAPES: Final = re.compile(r"\\(.)")
+
+
+def families(text: str, source: str) -> tuple[Family, ...]:
+    """The metric families of `text` (parsed once per text: a verify reads each sealed
+    `/metrics` text in several checks); `source` names the text in errors."""
+    parsed = _parsed(text)
+    if isinstance(parsed, str):
         raise MetricsUnreadable(
             "metrics text does not parse",
             where=source,
             expected="Prometheus text exposition",
-            found=str(error) or "text the parser rejects",
-        ) from None
-    for family in families:
+            found=parsed,
+        )
+    return parsed
+
+
+@functools.lru_cache(maxsize=32)
+def _parsed(text: str) -> tuple[Family, ...] | str:
+    """The families of `text`, or why it does not parse (which line, how)."""
+    found: list[Family] = []
+    name, kind, taken = "", "untyped", list[Sample]()
+
+    def close() -> None:
+        if taken:
+            found.append(Family(name, kind, tuple(taken)))
+
+    for number, line in enumerate(text.split("\n"), start=1):
+        if not line.strip():
+            continue
+        if line.startswith("#"):
+            words = line.split(None, 3)
+            if len(words) >= 3 and words[1] == "TYPE":
+                if len(words) != 4 or words[3].strip() not in TYPES:
+                    return f"line {number}: a # TYPE line naming no known type: {line[:80]!r}"
+                close()
+                kind = words[3].strip()
+                name = words[2].removesuffix("_total") if kind == "counter" else words[2]
+                taken = []
+            continue
+        sample = _sample(line)
+        if sample is None:
+            return f'line {number}: {line[:80]!r} is no sample name{{label="value",...}} value'
+
+        if not _of(sample.name, name, kind):
+            close()
+            name, kind, taken = sample.name, "untyped", []
+        taken.append(sample)
+    close()
+    return tuple(found)
+
+
+def _sample(line: str) -> Sample | None:
+    head = _NAME.match(line)
+    if head is None:
+        return None
+    labels: dict[str, str] = {}
+    at = head.end()
+    if line.startswith("{", at):
+        at += 1
+        while not line.startswith("}", at):
+            label = _LABEL.match(line, at)
+            if label is None or label[1] in labels:
+                return None
+            labels[label[1]] = _ESCAPES.sub(_unescaped, label[2])
+            at = label.end()
+            if line.startswith(",", at):
+                at += 1
+            elif not line.startswith("}", at):
+                return None
+        at += 1
+    value = _VALUE.fullmatch(line, at)
+    return None if value is None else Sample(head[0], labels, float(value[1]))
+
+
+def _unescaped(match: re.Match[str]) -> str:
+    return {"n": "\n", "\\": "\\", '"': '"'}.get(match[1], "\\" + match[1])
+
+
+def _of(sample: str, family: str, kind: str) -> bool:
+    """Whether a sample of this name belongs to the family open before it."""
+    if not family:
+        return False
+    return sample == family or any(sample == family + end for end in _SUFFIXES.get(kind, ()))
+
+
+def samples(text: str, source: str) -> Samples:
+    """Every sample of `text` by name and label set; `source` names the text in errors."""
+    found: dict[str, dict[LabelSet, float]] = defaultdict(dict)
+    for family in families(text, source):
         for sample in family.samples:
             labels: LabelSet = frozenset(sample.labels.items())
             if labels in found[sample.name]:

@@ -34,11 +34,10 @@ import httpx
 from pydantic import JsonValue
 
 from repro_serving.builder.errors import NotObservable
-from repro_serving.builder.manifest import Prompt, Suite
+from repro_serving.builder.manifest import ENDPOINTS, Prompt, Suite
 from repro_serving.launch.evidence import OracleRow
 from repro_serving.launch.timedpost import BodyPiece, PostFailed, TimedPost
 
-ENDPOINTS: Final = {"chat": "/v1/chat/completions", "completion": "/v1/completions"}
 METRICS_PATH: Final = "/metrics"
 MODELS_PATH: Final = "/v1/models"
 DATA_PREFIX: Final = "data: "

@@ -57,6 +57,7 @@ from repro_serving.launch.evidence import (
     Verdict,
     VerdictStatus,
 )
+from repro_serving.launch.nodes import NodesDocument, node_name
 from repro_serving.launch.rundir import (
     AUDIT_DIR,
     DRIFTS_FILE,
@@ -143,7 +144,7 @@ class _Run:
     """Digests of mapped files, shared by the audits of the run's fresh starts."""
     cluster: nodes.Cluster | None = None
     """The nodes of a manifest served across hosts; None: this host alone."""
-    facts: nodes.NodesDocument | None = None
+    facts: NodesDocument | None = None
     """What each node said of itself before the first start."""
 
 
@@ -239,7 +240,7 @@ def run_profile(plan: RunPlan, observe: Observer | None = None) -> RunRecord:
 
 def _nodes(
     plan: RunPlan, stack: contextlib.ExitStack
-) -> tuple[nodes.Cluster | None, nodes.NodesDocument | None]:
+) -> tuple[nodes.Cluster | None, NodesDocument | None]:
     """For a manifest served across nodes: the cluster, connected for the run, and what each
     node said of itself; refused before anything starts when a node does not hold."""
     manifest = plan.manifest
@@ -260,7 +261,7 @@ def observe_cluster(
     profile: str,
     kernel_sets: Sequence[KernelSet],
     values: Mapping[str, str],
-) -> nodes.NodesDocument:
+) -> NodesDocument:
     """Every node's facts, its probes run in the environment its rank of `profile` starts
     with (the manifest's variables, placeholders expanded as for a start)."""
     manifest = cluster.manifest
@@ -500,7 +501,7 @@ def _start_ranks(
     plan = run.plan
     registry.refuse_stale(plan.registry)
     for rank, spec in specs.items():
-        node = nodes.node_name(rank, plan.manifest.declared_nodes[rank].address)
+        node = node_name(rank, plan.manifest.declared_nodes[rank].address)
         refuse_forbidden_environment(
             plan.manifest, spec.env, f"the environment of {spec.argv[0]} on {node}"
         )

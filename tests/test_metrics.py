@@ -3,10 +3,15 @@ of reads that are not of the same counters."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
+from prometheus_client.parser import text_string_to_metric_families
 
 from repro_serving.launch.evidence import MetricsDelta
-from repro_serving.launch.metrics import CounterReset, MetricsUnreadable, delta, samples
+from repro_serving.launch.metrics import CounterReset, MetricsUnreadable, delta, families, samples
+
+REPO = Path(__file__).resolve().parent.parent
 
 HEADER = """\
 # HELP vllm:generation_tokens_total Number of generation tokens processed.
@@ -98,8 +103,44 @@ def test_text_that_does_not_parse_is_refused_naming_its_source() -> None:
         "error: metrics text does not parse\n"
         "  where:    a.prom\n"
         "  expected: Prometheus text exposition\n"
-        "  found:    Invalid labels: engine"
+        "  found:    line 1: 'vllm:generation_tokens_total{engine} 1' is no sample "
+        'name{label="value",...} value'
     )
+
+
+@pytest.mark.parametrize(
+    "line",
+    [
+        'vllm:x_total{engine="0} 1',  # a label value never closed
+        'vllm:x_total{engine="0",} ',  # no value
+        'vllm:x_total{engine="0"} 1_000',  # Python's float reads it; Prometheus does not
+        'vllm:x_total{engine="0",engine="1"} 1',  # one label twice
+        'vllm:x_total{0engine="0"} 1',  # a label name that is no name
+        "vllm:x_total 1 2 3",  # more than a timestamp after the value
+        "# TYPE vllm:x_total countre",  # a type that is none
+    ],
+)
+def test_every_malformed_line_is_refused(line: str) -> None:
+    with pytest.raises(MetricsUnreadable):
+        samples(generation(1.0) + line + "\n", "x.prom")
+
+
+def test_the_parser_groups_every_sealed_text_as_prometheus_client_does() -> None:
+    """The reference parser, on every /metrics text this repository seals or keeps."""
+    texts = [*REPO.glob("repro/*/evidence/**/*.prom"), *REPO.glob("records/**/*.prom")]
+    assert len(texts) >= 8
+    for path in texts:
+        text = path.read_text()
+        reference = [
+            (f.name, f.type, [(s.name, s.labels, s.value) for s in f.samples])
+            for f in text_string_to_metric_families(text)
+            if f.samples
+        ]
+        ours = [
+            (f.name, f.type, [(s.name, s.labels, s.value) for s in f.samples])
+            for f in families(text, str(path))
+        ]
+        assert ours == reference, path
 
 
 def test_a_sample_given_twice_is_refused() -> None:
