@@ -61,6 +61,7 @@ from repro_serving.launch.throughput import measure
 RUN = "run"
 TEACHER_TOKENS = "teacher-tokens.json"
 TEACHER_TEXTS = "teacher-texts.json"
+TEACHER_BENCH = "teacher-bench.json"
 IDENTITY = "identity.json"
 MODEL_FILES = "model-files.sha256"
 FILES = "files"
@@ -70,6 +71,8 @@ METRICS_BEFORE = "metrics-before-suite.prom"
 METRICS_AFTER = "metrics-after-suite.prom"
 CLEANUP = "cleanup-status.txt"
 IDLE = "idle-interval"
+STORED_MEDIAN, STORED_TOKENS = "tok_s_1_100_after_ttft", 100
+"""The summary a bench states its median in: N/span over its first 100 tokens after TTFT."""
 
 
 @dataclass(frozen=True)
@@ -83,6 +86,7 @@ class ImportedFiles:
     model_files: Path | None
     files: tuple[Path, ...]
     checksums: tuple[Path, ...] = ()
+    teacher_bench: Path | None = None
     kernels: Path = KERNELS_DIR
     """Where the manifest's kernel sets are read: the repository's, or those a bundle sealed."""
 
@@ -99,6 +103,7 @@ class ImportedFiles:
             model_files=at(evidence.model_files),
             files=tuple(manifest.resolve(p) for p in evidence.files),
             checksums=tuple(manifest.resolve(p) for p in evidence.checksums),
+            teacher_bench=at(evidence.teacher_bench),
         )
 
     @classmethod
@@ -112,6 +117,7 @@ class ImportedFiles:
             model_files=root / MODEL_FILES if evidence.model_files else None,
             files=tuple(root / FILES / Path(p).name for p in evidence.files),
             checksums=tuple(root / FILES / Path(p).name for p in evidence.checksums),
+            teacher_bench=root / TEACHER_BENCH if evidence.teacher_bench else None,
             kernels=path / bundle.KERNEL_SETS_DIR,
         )
 
@@ -122,6 +128,8 @@ class ImportedFiles:
             TEACHER_TOKENS: self.teacher_tokens,
             TEACHER_TEXTS: self.teacher_texts,
         }
+        if self.teacher_bench is not None:
+            names[TEACHER_BENCH] = self.teacher_bench
         if self.identity is not None:
             names[IDENTITY] = self.identity
         if self.model_files is not None:
@@ -140,6 +148,7 @@ class ImportedFiles:
         named: list[tuple[str | None, Path | None]] = [
             (evidence.teacher_tokens, self.teacher_tokens),
             (evidence.teacher_texts, self.teacher_texts),
+            (evidence.teacher_bench, self.teacher_bench),
             (evidence.identity, self.identity),
             (evidence.model_files, self.model_files),
             *zip(evidence.files, self.files, strict=True),
@@ -552,6 +561,13 @@ def statements(
     freeze = runtime.python_packages.get("observed_full_freeze")
     argv = manifest.launch.argv_for(manifest.oracle.teacher)
     rows = record.bench.rows
+    teacher_sources = {
+        name: _document(path, _Named, name).source_sha256
+        for name, path in (
+            (TEACHER_TOKENS, files.teacher_tokens),
+            (TEACHER_TEXTS, files.teacher_texts),
+        )
+    }
     inventory = recordfiles.inventory_problems(list(run))
     inventory += [
         f"files/{name}: a sealed file no check of this record judges (expected only "
@@ -587,13 +603,7 @@ def statements(
             argv=argv,
             environment=environment,
             lock=runtime,
-            teacher_sources={
-                name: _document(path, _Named, name).source_sha256
-                for name, path in (
-                    (TEACHER_TOKENS, files.teacher_tokens),
-                    (TEACHER_TEXTS, files.teacher_texts),
-                )
-            },
+            teacher_sources=teacher_sources,
             sealed=sealed,
             server_log=record.server_log,
         ),
@@ -609,7 +619,39 @@ def statements(
             runtime,
         )
     )
+    bench = None
+    if files.teacher_bench is not None:
+        raw = load_bench(files.teacher_bench)
+        bench = recordfiles.TeacherBench(
+            sha256=sha256_file(files.teacher_bench),
+            rows=raw.rows,
+            suite=raw.suite,
+            stored_median=raw.stored_medians.get(STORED_MEDIAN),
+        )
+    teacher_bench, bench_problems = recordfiles.teacher_bench_problems(
+        bench,
+        record.teacher.rows,
+        {
+            **teacher_sources,
+            f"run/{recordfiles.IDENTITY} teacher_sha256": said.values.get("teacher_sha256"),
+        },
+        suite,
+        STORED_TOKENS,
+    )
+    if bench is not None:
+        bench_problems += consistency.rows_problems(
+            suite,
+            bench.rows,
+            where=TEACHER_BENCH,
+            limits=consistency.Limits(suite.api, suite.max_tokens, None, speculative=False),
+            cached_tokens_gated=manifest.oracle.gates.cached_tokens_zero,
+        ).problems
     return [
+        Statement(
+            "the teacher's bench = the sha256 every file names, the teacher files",
+            teacher_bench,
+            tuple(bench_problems),
+        ),
         Statement(
             "the record's files: each one judged, status=PASS",
             f"{len(run)} run files, {len(sealed)} beside them",

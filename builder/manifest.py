@@ -913,6 +913,11 @@ class Evidence(_Frozen):
     """The teacher's token ids per prompt (JSON with `rows[].token_ids`)."""
     teacher_texts: NonEmpty
     """The teacher's output text sha256 per prompt (JSON with `rows[].sha256`)."""
+    teacher_bench: NonEmpty | None = None
+    """The raw bench of the teacher run the teacher files were taken from (the record's bench
+    format): its sha256 must be the one every file names for the teacher, its rows the teacher
+    files', and its median is recomputed and stated. Required when the teacher files name the
+    sha256 of their source."""
     identity: NonEmpty | None = None
     """The producer's own declaration of its stack (their runtime lock): declared, not checked."""
     model_files: NonEmpty | None = None

@@ -51,6 +51,7 @@ from repro_serving.builder.manifest import Manifest, Suite, expand
 from repro_serving.builder.native.rules import AuditPolicy, env_drifts
 from repro_serving.builder.observe.vllmargv import flag_name, flag_value
 from repro_serving.launch.evidence import OracleRow, TeacherRow
+from repro_serving.launch.throughput import UnmeasurableRow, measure
 
 STATUS: Final = "status.txt"
 IDENTITY: Final = "identity.txt"
@@ -792,3 +793,82 @@ def _first(error: ValidationError) -> str:
     detail = error.errors()[0]
     place = ".".join(str(p) for p in detail["loc"]) or "the document"
     return f"found {place}: {detail['msg']}"
+
+
+# --- the teacher's own bench ------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class TeacherBench:
+    """The raw bench of the teacher run, as sealed."""
+
+    sha256: str
+    rows: Sequence[OracleRow]
+    suite: str
+    stored_median: float | None
+    """Its summary's median of the first tokens' rate (the record's convention, N/span)."""
+
+
+def teacher_bench_problems(
+    bench: TeacherBench | None,
+    teacher: Sequence[TeacherRow],
+    named: Mapping[str, str | None],
+    suite: Suite,
+    tokens: int,
+) -> tuple[str, list[str]]:
+    """The teacher's bench against every file naming it by sha256 (`named`: file → the sha256
+    it names, None where it names none) and against the teacher files' rows; its medians
+    recomputed over `tokens` streamed tokens. The value a person checks, and the problems."""
+    naming = {name: digest for name, digest in named.items() if digest is not None}
+    if bench is None:
+        if not naming:
+            return "not applicable: nothing names a teacher bench", []
+        return "none sealed", [
+            f"{name}: names its teacher bench {digest}: expected it sealed ([evidence] "
+            "teacher_bench), found none"
+            for name, digest in naming.items()
+        ]
+    problems = [
+        f"{name}: names the teacher bench {digest}, the sealed one is {bench.sha256}"
+        for name, digest in naming.items()
+        if digest != bench.sha256
+    ]
+    if bench.suite != suite.name:
+        problems.append(f"{TEACHER_BENCH_NAME}: suite expected {suite.name}, found {bench.suite}")
+    if len(bench.rows) != len(teacher):
+        problems.append(
+            f"{TEACHER_BENCH_NAME}: expected the {len(teacher)} rows of the teacher files, found "
+            f"{len(bench.rows)}"
+        )
+    for place, (row, taught) in enumerate(zip(bench.rows, teacher, strict=False)):
+        at = f"{TEACHER_BENCH_NAME}: row {place} ({row.prompt_id})"
+        stated = (row.prompt_id, row.prompt_index, row.token_ids, row.text_sha256)
+        again = (taught.prompt_id, taught.prompt_index, taught.token_ids, taught.text_sha256)
+        problems += [
+            f"{at}: {field} expected the teacher files' {mine!r:.80}, found {theirs!r:.80}"
+            for field, mine, theirs in zip(
+                ("prompt_id", "prompt_index", "token_ids", "text sha256"),
+                again,
+                stated,
+                strict=True,
+            )
+            if mine != theirs
+        ]
+    try:
+        rate = measure(bench.rows, tokens)
+    except UnmeasurableRow as error:
+        return "no median", [*problems, f"{TEACHER_BENCH_NAME}: {error.diagnostics()}"]
+    historical, conventional = rate.historical_median, rate.conventional_median
+    if bench.stored_median is not None and abs(historical - bench.stored_median) > 1e-12:
+        problems.append(
+            f"{TEACHER_BENCH_NAME}: summary median expected {historical!r} (recomputed, N/span "
+            f"over {tokens} tokens), found {bench.stored_median!r}"
+        )
+    value = (
+        f"sha256 {bench.sha256[:12]}…, {len(bench.rows)} rows; median {historical!r} tok/s "
+        f"(N/span), {conventional!r} tok/s ((N-1)/span)"
+    )
+    return value, problems
+
+
+TEACHER_BENCH_NAME: Final = "teacher-bench.json"

@@ -162,6 +162,10 @@ def _idle_removed(root: Path) -> None:
 
 
 CHECKSUMS = "the record's own checksum lists = its files"
+ROWS = "bench rows = their suite, their counts and their /metrics"
+IDLE = "idle snapshots around the run passed, in order"
+EXACTNESS = "exactness-vs-q1.json = the rows and the teacher"
+"""The record's own statements (`builder.recordfiles`) that an edit of the evidence contradicts."""
 LOCKED = "lock = the sealed manifest, identity and record"
 README = "README.md = the claims recomputed above"
 """The README sealed with the record states the values it had: changed, it no longer does."""
@@ -169,11 +173,11 @@ README = "README.md = the claims recomputed above"
 TAMPERING = {
     "one token in one row": (
         _bench(_one_token),
-        ["oracle.rows = bench rows", "token ids = teacher", "gate exact_token_ids"],
+        ["oracle.rows = bench rows", "token ids = teacher", "gate exact_token_ids", EXACTNESS],
     ),
     "a cached_tokens value set to 1": (
         _bench(_cached_one),
-        ["cached_tokens", "gate cached_tokens_zero"],
+        ["cached_tokens", "gate cached_tokens_zero", ROWS, EXACTNESS],
     ),
     "one marker line removed": (
         _log(_without_first("Captured audited breakable cudagraph")),
@@ -185,10 +189,10 @@ TAMPERING = {
     ),
     "a spec-decode counter flattened": (
         _flat_curve,
-        ["accepted per position", "gate spec_decode"],
+        ["accepted per position", "gate spec_decode", ROWS],
     ),
     "a cleanup status non-zero": (_cleanup_nonzero, ["cleanup status"]),
-    "an idle snapshot removed": (_idle_removed, ["idle snapshots"]),
+    "an idle snapshot removed": (_idle_removed, ["idle snapshots", IDLE]),
 }
 
 
@@ -301,10 +305,10 @@ def test_a_build_from_tampered_evidence_is_refused_by_the_records_own_gates(
     tmp_path: Path,
 ) -> None:
     refused = _build_refused(tmp_path, _one_token)
-    assert [d.subject for d in refused.value.drifts] == [
-        "record-run.sha256:1 record-run/bench.json",
-        "exact_token_ids",
-    ]
+    subjects = [d.subject for d in refused.value.drifts]
+    assert subjects[:2] == ["record-run.sha256:1 record-run/bench.json", "exact_token_ids"]
+    # and the record's own comparison with its teacher, which says every row was exact
+    assert set(subjects[2:]) == {EXACTNESS}
     assert not (tmp_path / "laguna-102tps").exists()
 
 

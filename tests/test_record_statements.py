@@ -12,6 +12,7 @@ import re
 import shutil
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 from bundle_assets import as_its_sealer
@@ -41,11 +42,14 @@ IDENTITY = "identity.txt = the runtime lock, the manifest, the argv, the environ
 EXACTNESS = "exactness-vs-q1.json = the rows and the teacher"
 ENVIRONMENT = "service-environment.txt = [launch.env], no loader override"
 FREEZE = "pip freeze = the pinned packages and the runtime lock"
+TEACHER = "the teacher's bench = the sha256 every file names, the teacher files"
 
 
-def _laid_out(tmp_path: Path, edit: Edit) -> Path:
+def _laid_out(
+    tmp_path: Path, edit: Edit, manifest_edit: Callable[[str], str] = lambda text: text
+) -> Path:
     """A copy of the record, edited, its checksum list derived again, beside a copy of the
-    manifest as the repository lays them out; the manifest's path."""
+    manifest (edited by `manifest_edit`) as the repository lays them out; the manifest's path."""
     record = tmp_path / "records" / "laguna-102tps"
     shutil.copytree(REPO / "records" / "laguna-102tps", record)
     edit(record)
@@ -59,7 +63,7 @@ def _laid_out(tmp_path: Path, edit: Edit) -> Path:
     )
     manifest = tmp_path / "manifests" / "laguna-102tps.toml"
     manifest.parent.mkdir()
-    manifest.write_text((REPO / "manifests" / "laguna-102tps.toml").read_text())
+    manifest.write_text(manifest_edit((REPO / "manifests" / "laguna-102tps.toml").read_text()))
     shutil.copytree(REPO / "manifests" / "suites", manifest.parent / "suites")
     return manifest
 
@@ -70,8 +74,10 @@ def _readme(staged: Path) -> bytes:
     return render_readme(opened.lock, recompute(opened, handoff=False))
 
 
-def forged(tmp_path: Path, edit: Edit) -> Path:
-    manifest_path = _laid_out(tmp_path, edit)
+def forged(
+    tmp_path: Path, edit: Edit, manifest_edit: Callable[[str], str] = lambda text: text
+) -> Path:
+    manifest_path = _laid_out(tmp_path, edit, manifest_edit)
     manifest = Manifest.from_path(manifest_path)
     assert manifest.evidence is not None
     files = imported.ImportedFiles.of_manifest(manifest, manifest.evidence)
@@ -178,6 +184,24 @@ def _tokens_without_ids(document: dict[str, object]) -> None:
     rows = document["rows"]
     assert isinstance(rows, list)
     rows[0]["usage"]["completion_tokens"] -= 1
+
+
+def _teacher_bench(change: Callable[[dict[str, Any]], None]) -> Edit:
+    def edit(record: Path) -> None:
+        path = record / "teacher-q1-canonical-bench.json"
+        document = json.loads(path.read_text())
+        change(document)
+        path.write_text(json.dumps(document))
+
+    return edit
+
+
+def _other_teacher_token(document: dict[str, Any]) -> None:
+    document["rows"][0]["token_ids"][5] += 1
+
+
+def _faster_teacher(document: dict[str, Any]) -> None:
+    document["summary"]["tok_s_1_100_after_ttft"]["median"] *= 2
 
 
 def _extra_file(record: Path) -> None:
@@ -296,6 +320,8 @@ FORGERIES: dict[str, tuple[Edit, set[str]]] = {
     ),
     "a row dropped": (_json("bench.json", _drop_last_bench_row), {ROWS}),
     "a file of the run directory that nothing judges": (_extra_file, {FILES}),
+    "a teacher bench of another run": (_teacher_bench(_other_teacher_token), {TEACHER}),
+    "a teacher bench stating twice its median": (_teacher_bench(_faster_teacher), {TEACHER}),
 }
 
 
@@ -314,6 +340,28 @@ def test_a_forged_statement_is_refused_by_the_claim_it_contradicts(
     found = failed(forged(tmp_path, edit))
     assert claims <= set(found), found
     assert all(found[claim] for claim in claims), "each refusal says what it found"
+
+
+def test_the_teacher_bench_is_recomputed_and_its_median_stated() -> None:
+    shown = {c.claim: (c.ok, c.value) for c in verify(COMMITTED, TRUSTED).checks}
+    assert shown[TEACHER] == (
+        True,
+        "sha256 d41d3d5e2471…, 13 rows; median 12.961404009912233 tok/s (N/span), "
+        "12.83178996981311 tok/s ((N-1)/span)",
+    )
+
+
+def test_a_teacher_named_by_sha256_and_not_sealed_is_refused(tmp_path: Path) -> None:
+    """The teacher files and identity.txt name their source; a manifest that leaves the
+    teacher bench out seals a claim nobody can check."""
+
+    def without(text: str) -> str:
+        kept = [line for line in text.splitlines() if not line.startswith("teacher_bench =")]
+        return "\n".join(kept) + "\n"
+
+    found = failed(forged(tmp_path, lambda _: None, without))
+    assert set(found) == {TEACHER}
+    assert "expected it sealed ([evidence] teacher_bench), found none" in found[TEACHER]
 
 
 def test_a_build_of_a_record_whose_status_says_failed_is_refused_before_sealing(
