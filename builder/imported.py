@@ -735,7 +735,8 @@ def recompute(path: Path, manifest: Manifest, lock: Lock, handoff: bool = True) 
     checks = [content, *_oracle_checks(path, manifest, lock, record)]
     claim = record_claim(manifest, record, files.kernels)
     suite = Suite.from_path(path / bundle.ORACLE_DIR / bundle.SUITE_FILE)
-    checks.extend(_record_checks(claim, lock.record, len(suite.prompts)))
+    summaries = {v.gate: v.summary for v in record_verdicts(manifest, record, files.kernels)}
+    checks.extend(_record_checks(claim, lock.record, len(suite.prompts), summaries))
     checks.extend(
         ClaimCheck(s.claim, sealed, s.value, not s.problems, "; ".join(s.problems[:5]))
         for s in statements(manifest, suite, files, record)
@@ -870,7 +871,9 @@ def _oracle_checks(path: Path, manifest: Manifest, lock: Lock, record: Record) -
     return checks
 
 
-def _record_checks(claim: RecordClaim, locked: RecordClaim, prompts: int) -> list[ClaimCheck]:
+def _record_checks(
+    claim: RecordClaim, locked: RecordClaim, prompts: int, summaries: Mapping[str, str]
+) -> list[ClaimCheck]:
     """The recomputed record against the locked one, each count of rows against the suite's
     prompts (a dropped row is not "12/12 equal" of a 13-prompt suite)."""
     sealed = EvidenceClass.SEALED
@@ -878,23 +881,26 @@ def _record_checks(claim: RecordClaim, locked: RecordClaim, prompts: int) -> lis
     cached = [c for c in claim.cached_tokens if c == 0]
     curve = ", ".join(f"{v:g}" for v in claim.spec_decode_accepted_per_position)
     checks = [
-        ClaimCheck(
+        _judged(
             "token ids = teacher",
-            sealed,
             f"{claim.exact_token_ids}/{prompts} rows",
             every and claim.exact_token_ids == locked.exact_token_ids == prompts,
+            f"expected every one of the {prompts} prompts equal; {claim.rows} rows, "
+            f"locked {locked.exact_token_ids} equal",
         ),
-        ClaimCheck(
+        _judged(
             "text sha256 = teacher",
-            sealed,
             f"{claim.exact_text_sha256}/{prompts} rows",
             every and claim.exact_text_sha256 == locked.exact_text_sha256 == prompts,
+            f"expected every one of the {prompts} prompts equal; {claim.rows} rows, "
+            f"locked {locked.exact_text_sha256} equal",
         ),
-        ClaimCheck(
+        _judged(
             "cached_tokens",
-            sealed,
             f"0 on {len(cached)}/{prompts} rows",
             every and claim.cached_tokens == locked.cached_tokens and len(cached) == prompts,
+            f"expected 0 on each of the {prompts} prompts, found {list(claim.cached_tokens)}, "
+            f"locked {list(locked.cached_tokens)}",
         ),
         ClaimCheck(
             "prefix-cache hits during the suite",
@@ -947,15 +953,22 @@ def _record_checks(claim: RecordClaim, locked: RecordClaim, prompts: int) -> lis
             ClaimCheck(f"log marker {name}", sealed, shown, counts == locked.markers.get(name))
         )
     for gate, status in claim.verdicts.items():
+        held = status != "fail" and status == locked.verdicts.get(gate)
         checks.append(
             ClaimCheck(
                 f"gate {gate}",
                 sealed,
                 status,
-                status != "fail" and status == locked.verdicts.get(gate),
+                held,
+                "" if held else f"{summaries.get(gate, '')}; locked {locked.verdicts.get(gate)}",
             )
         )
     return checks
+
+
+def _judged(claim: str, value: str, ok: bool, why: str) -> ClaimCheck:
+    """A sealed check that says `why` only when it fails."""
+    return ClaimCheck(claim, EvidenceClass.SEALED, value, ok, "" if ok else why)
 
 
 def _declared(lock: Lock) -> list[ClaimCheck]:
