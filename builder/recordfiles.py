@@ -36,7 +36,6 @@ only), and a record rewritten coherently in every file by whoever holds the key.
 
 from __future__ import annotations
 
-import json
 import posixpath
 import re
 from collections.abc import Mapping, Sequence
@@ -50,6 +49,7 @@ from repro_serving.builder.hashing import sha256_bytes
 from repro_serving.builder.manifest import Manifest, Suite, expand
 from repro_serving.builder.native.rules import AuditPolicy, env_drifts
 from repro_serving.builder.observe.vllmargv import flag_name, flag_value
+from repro_serving.launch.consistency import speculative_config
 from repro_serving.launch.evidence import OracleRow, TeacherRow
 from repro_serving.launch.throughput import UnmeasurableRow, measure
 
@@ -359,7 +359,7 @@ def identity_problems(statements: Statements, run: Run) -> Judged:
     expect("attn_library_sha256", attention, f"runtime-lock.json's {ATTENTION_LIBRARY}")
     for name, source in run.teacher_sources.items():
         expect("teacher_sha256", source, f"{name} source_sha256")
-    speculative = _speculative_config(run.argv)
+    speculative = speculative_config(run.argv)
     depth = speculative.get("num_speculative_tokens")
     expect("num_speculative_tokens", _shown(depth), "the argv's --speculative-config")
     gate = manifest.oracle.gates.spec_decode
@@ -432,17 +432,6 @@ def _runtime_file_problems(files: Mapping[str, str], run: Run, where: str) -> li
 def _under_venv(path: str, manifest: Manifest) -> bool:
     venv = posixpath.normpath(manifest.python.venv)
     return posixpath.normpath(path).startswith(venv + "/")
-
-
-def _speculative_config(argv: Sequence[str]) -> dict[str, object]:
-    value = _last(argv, "--speculative-config") or _last(argv, "-sc")
-    if value is None:
-        return {}
-    try:
-        document = json.loads(value.replace("{{", "{").replace("}}", "}"))
-    except json.JSONDecodeError:
-        return {}
-    return document if isinstance(document, dict) else {}
 
 
 def _last(argv: Sequence[str], flag: str) -> str | None:

@@ -17,6 +17,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
+from typing import Final
 
 from repro_serving.builder import imported
 from repro_serving.builder.claims import (
@@ -249,7 +250,9 @@ class OpenedBundle:
         interpreter = None
         launched = self.manifest.launch.argv[:1] == ("{python}",)
         if launched and {"python", "python_prefix"} <= set(values):
-            interpreter = Interpreter(values["python"], values["python_prefix"])
+            facts = self.observations.python
+            series = ".".join(facts.version.split(".")[:2]) if facts is not None else None
+            interpreter = Interpreter(values["python"], values["python_prefix"], series)
         found = rejudge(documents, policy, interpreter=interpreter, where=where)
         if documents and documents[0].drifts != drifts:
             found.insert(
@@ -361,7 +364,7 @@ def _guarded(name: str, stage: Callable[[], list[ClaimCheck]]) -> list[ClaimChec
     """`stage`'s checks; when its evidence cannot be read, one failed check naming why."""
     try:
         return stage()
-    except (ReproError, OSError, ValueError, KeyError, StopIteration) as error:
+    except (ReproError, OSError, ValueError, KeyError, StopIteration, ArithmeticError) as error:
         detail = error.diagnostics() if isinstance(error, ReproError) else repr(error)
         return [ClaimCheck(f"{name}: evidence", EvidenceClass.SEALED, "unreadable", False, detail)]
 
@@ -602,7 +605,9 @@ def _audit_checks(sealed: OpenedBundle) -> list[ClaimCheck]:
             for d in audit.all_drifts
         ]
         if rank == 0:
-            problems += _root_environment_problems(audit, sealed.run.env, start)
+            problems += _environment_problems(audit, sealed.run.env, "run.json env")
+        elif (root := _root(audit)) is not None:
+            problems += _environment_problems(audit, root.environ, "the rank's root")
         name = f"start-{start}" + (f" rank {rank}" if rank else "")
         checks.append(
             ClaimCheck(
@@ -616,22 +621,36 @@ def _audit_checks(sealed: OpenedBundle) -> list[ClaimCheck]:
     return checks
 
 
-def _root_environment_problems(
-    audit: SealedAudit, launched: Mapping[str, str], start: int
-) -> list[str]:
-    """The audited root was spawned with run.json's environment: each variable the audit
-    kept of it (the loader's, `native.processes.LOADER_ENV`) is run.json's, with its value.
-    (A process that renames itself may have cleared some: one missing is not a drift.)"""
-    root = next((p for p in audit.processes if p.pid == audit.root_pid), None)
-    if root is None:
-        return []  # the audit check names a tree without its root
-    return [
-        f"environment pid {root.pid} ({root.role}): {name}: expected "
-        + (f"{launched[name]!r} (run.json env)" if name in launched else "unset (run.json env)")
-        + f", found {value!r} in start-{start}'s audit"
-        for name, value in sorted(root.environ.items())
-        if launched.get(name) != value
-    ]
+CODE_PATH_ENV: Final = ("PYTHONPATH", "PYTHONHOME", "PYTHONSTARTUP", "PYTHONUSERBASE")
+"""Variables that change which code an interpreter imports: no process may add one."""
+
+
+def _root(audit: SealedAudit) -> ProcessEvidence | None:
+    return next((p for p in audit.processes if p.pid == audit.root_pid), None)
+
+
+def _environment_problems(audit: SealedAudit, launched: Mapping[str, str], where: str) -> list[str]:
+    """The tree was started with `launched` (run.json's environment; a rank beyond 0: its
+    root's): the root holds exactly the variables the audit keeps of it
+    (`native.processes.LOADER_ENV`); every process keeps each of them at its value and adds no
+    variable that changes where Python finds code (`CODE_PATH_ENV`). The stack may add others
+    for its children (vLLM's own VLLM_* settings, the preload torch asks for), which the audit
+    judges. A process that renames itself may have cleared some: one missing is not a drift."""
+    root = _root(audit)
+    problems = []
+    for process in audit.processes:
+        for name, value in sorted(process.environ.items()):
+            stated = launched.get(name)
+            if stated == value or (
+                process is not root and stated is None and name not in CODE_PATH_ENV
+            ):
+                continue
+            problems.append(
+                f"environment pid {process.pid} ({process.role}): {name}: expected "
+                + (f"{stated!r}" if stated is not None else "unset")
+                + f" ({where}), found {value!r}"
+            )
+    return problems
 
 
 def _starts_and_ranks(sealed: OpenedBundle) -> list[tuple[int, int]]:

@@ -82,6 +82,10 @@ PER_REQUEST_HISTOGRAMS: Final = (
     "vllm:request_num_preemptions",
 )
 """Histograms vLLM 0.32 observes once per finished request, whose sums the rows cannot give."""
+MOST_TOKENS: Final = 2**40
+"""Beyond any context a model serves: a larger --max-model-len is no length."""
+MOST_DRAFT_TOKENS: Final = 4096
+"""Beyond any speculative depth: a larger one would make the per-position checks enumerate it."""
 _HUMAN_INT: Final = re.compile(r"(\d+(?:\.\d+)?)([kKmMgGtT])")
 _MULTIPLIERS: Final = {"k": 10**3, "m": 10**6, "g": 10**9, "t": 10**12} | {
     "K": 2**10,
@@ -157,16 +161,26 @@ def _max_model_len(value: str) -> int | None:
     if text.lower() == "auto" or text == "-1":
         return None
     match = _HUMAN_INT.fullmatch(text)
-    if match is not None:
-        return int(float(match[1]) * _MULTIPLIERS[match[2]])
-    if text.isdecimal():
-        return int(text)
+    length = None
+    if match is not None and len(match[1]) <= 20:
+        length = int(float(match[1]) * _MULTIPLIERS[match[2]])
+    elif match is None and text.isdecimal() and len(text) <= 20:
+        length = int(text)
+    if length is not None and length <= MOST_TOKENS:
+        return length
     raise BadInput(
         "the argv's --max-model-len is not a number vLLM reads",
         where=MAX_MODEL_LEN,
-        expected="an integer, 1k / 1K style, auto or -1",
+        expected=f"an integer up to {MOST_TOKENS}, 1k / 1K style, auto or -1",
         found=repr(value),
     )
+
+
+def speculative_config(argv: Sequence[str]) -> dict[str, object]:
+    """The argv's `--speculative-config` object (in the lock, literal braces doubled); empty
+    when it asks for none or gives no JSON object."""
+    value = _last_value(argv, SPECULATIVE_CONFIG)
+    return {} if value is None else _json_object(value) or {}
 
 
 def _speculative_k(value: str) -> int | None:
@@ -181,11 +195,11 @@ def _speculative_k(value: str) -> int | None:
     k = config.get("num_speculative_tokens")
     if k is None:
         return None  # vLLM takes it from the draft model's config, which the evidence lacks
-    if not isinstance(k, int) or isinstance(k, bool) or k < 1:
+    if not isinstance(k, int) or isinstance(k, bool) or not 1 <= k <= MOST_DRAFT_TOKENS:
         raise BadInput(
             "the argv's speculative num_speculative_tokens is not a positive integer",
             where=SPECULATIVE_CONFIG[0],
-            expected="num_speculative_tokens >= 1",
+            expected=f"num_speculative_tokens from 1 to {MOST_DRAFT_TOKENS}",
             found=repr(k),
         )
     return k

@@ -58,6 +58,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from email.message import Message
 from email.parser import HeaderParser
+from importlib import metadata
 from pathlib import Path, PurePosixPath
 from typing import Final
 
@@ -516,7 +517,43 @@ def requirements_problems(
     problems += _pin_problems(requirements, lock, where)
     if headers is not None:
         problems += _required_problems(requirements, headers, where)
+        problems += _unrequired_problems(requirements, headers, where)
     return problems
+
+
+def _unrequired_problems(requirements: ToolRequirements, headers: Message, where: str) -> list[str]:
+    """No pin that nothing requires: `launch` installs every pin into the tools' environment,
+    so one that neither the wheel nor any distribution it needs requires is code smuggled in.
+    What each dependency requires is read from the distributions installed beside this repro
+    (a pinned wheel's own metadata is not sealed); where one of them is not installed here the
+    closure is not known and nothing is refused."""
+    environment = _marker_environment(requirements)
+    needed: set[str] = set()
+    pending = [str(text) for text in headers.get_all("Requires-Dist") or ()]
+    while pending:
+        try:
+            requirement = Requirement(pending.pop())
+            applies = requirement.marker is None or requirement.marker.evaluate(environment)
+        except (InvalidRequirement, ValueError):
+            continue  # refused as such by _required_problems
+        name = normalize(requirement.name)
+        if not applies or name in needed:
+            continue
+        needed.add(name)
+        try:
+            pending += metadata.requires(name) or []
+        except metadata.PackageNotFoundError:
+            return []  # its requirements are unknown here
+    return [
+        _problem(
+            f"{where}:{line}",
+            f"{pin.name} is pinned but required by nothing repro needs",
+            expected="only the wheel's requirements and theirs",
+            found=f"{pin.name}=={pin.version}",
+        )
+        for line, pin in enumerate(requirements.pins, start=FIRST_PIN_LINE)
+        if normalize(pin.name) not in needed
+    ]
 
 
 @dataclass(frozen=True)

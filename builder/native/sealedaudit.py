@@ -82,11 +82,15 @@ class Interpreter:
 
     python: str
     prefix: str
+    series: str | None = None
+    """The interpreter's release series (`3.11`), where the observations state it."""
 
     def admits(self, exe: str) -> bool:
         name = posixpath.basename(exe)
         in_bin = posixpath.dirname(exe) == posixpath.join(posixpath.normpath(self.prefix), "bin")
-        return exe == posixpath.normpath(self.python) or (in_bin and name.startswith("python"))
+        names = ("python", "python3", f"python{self.series}") if self.series else None
+        named = name in names if names else name.startswith("python")
+        return exe == posixpath.normpath(self.python) or (in_bin and named)
 
 
 def rejudge(
@@ -205,7 +209,21 @@ def _process_drifts(
     if interpreter is not None and not interpreter.admits(process.exe):
         expected = f"{interpreter.python} or {interpreter.prefix}/bin/python*"
         drifts.append(_claim(at, "exe", expected, process.exe))
+    preloaded = {
+        posixpath.basename(entry)
+        for entry in re.split(r"[: \t]", process.environ.get("LD_PRELOAD", ""))
+        if entry
+    }
+    mapped: dict[str, tuple[str, str | None]] = {}
     for obj in process.objects:
+        if obj.rule == "preload" and posixpath.basename(obj.path) not in preloaded:
+            drifts.append(
+                _claim(f"{at}: {obj.path}", "rule", "preload named by LD_PRELOAD", "no such entry")
+            )
+        once = mapped.setdefault(obj.path, (obj.file_id, obj.sha256))
+        if once != (obj.file_id, obj.sha256):
+            found = f"{obj.file_id} {obj.sha256} and {once[0]} {once[1]}"
+            drifts.append(_claim(f"{at}: {obj.path}", "path", "one file mapped at a path", found))
         if obj.rule not in KNOWN_RULES:
             drifts.append(_claim(f"{at}: {obj.path}", "rule", " | ".join(KNOWN_RULES), obj.rule))
         if obj.sha256 is None or not SHA256.fullmatch(obj.sha256):
