@@ -646,6 +646,7 @@ def statements(
             limits=consistency.Limits(suite.api, suite.max_tokens, None, speculative=False),
             cached_tokens_gated=manifest.oracle.gates.cached_tokens_zero,
         ).problems
+    log = gates.server_log_verdict(1, run.get(SERVER_LOG, b""), None, answered=len(rows))
     return [
         Statement(
             "the teacher's bench = the sha256 every file names, the teacher files",
@@ -661,12 +662,37 @@ def statements(
             "bench rows = their suite, their counts and their /metrics",
             f"{len(rows)} rows of {len(suite.prompts)} prompts"
             + (f"; not checkable: {uncheckable}" if uncheckable else ""),
-            (*found.problems, *read.problems),
+            (
+                *found.problems,
+                *read.problems,
+                *recordfiles.bench_problems(
+                    run.get(BENCH, b"{}"),
+                    rows,
+                    suite,
+                    manifest,
+                    argv=argv,
+                    stored_median=record.bench.stored_medians.get(STORED_MEDIAN),
+                    tokens=STORED_TOKENS,
+                ),
+            ),
+        ),
+        Statement(
+            "server.log: no crash while serving, every suite request logged",
+            log.summary,
+            () if log.passed else (f"run/{SERVER_LOG}: {log.summary}",),
         ),
         Statement(
             "idle snapshots around the run passed, in order",
             f"{snapshots} snapshots",
-            tuple(recordfiles.idle_problems(run, created, recordfiles.verified_interval(said))),
+            tuple(
+                recordfiles.idle_problems(
+                    run,
+                    created,
+                    recordfiles.verified_interval(said),
+                    _observer(runtime),
+                    count if isinstance(count := runtime.host.get("gpu_count"), int) else None,
+                )
+            ),
         ),
         Statement(
             "identity.txt = the runtime lock, the manifest, the argv, the environment, the log",
@@ -697,6 +723,12 @@ def statements(
             tuple(freeze_problems),
         ),
     ]
+
+
+def _observer(runtime: recordfiles.RuntimeLock) -> str | None:
+    """The sha256 of the xpu-smi that took the idle snapshots, as the runtime lock states it."""
+    stated = runtime.host.get("xpu_smi_sha256")
+    return stated if isinstance(stated, str) else None
 
 
 def _run_files(run: Path) -> dict[str, bytes]:

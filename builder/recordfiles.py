@@ -36,10 +36,13 @@ only), and a record rewritten coherently in every file by whoever holds the key.
 
 from __future__ import annotations
 
+import base64
+import json
 import posixpath
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Final
 
 from packaging.utils import canonicalize_name
@@ -161,18 +164,137 @@ def status_problems(text: str) -> list[str]:
 # --- idle ------------------------------------------------------------------------------------
 
 
+class _Capture(BaseModel):
+    model_config = ConfigDict(extra="ignore", frozen=True, strict=True)
+
+    stdout_base64: str
+    stdout_bytes: int
+    stdout_sha256: str
+    stderr_base64: str
+    stderr_bytes: int
+    stderr_sha256: str
+
+
+class _ChildIdentity(BaseModel):
+    model_config = ConfigDict(extra="ignore", frozen=True, strict=True)
+
+    process_id: int
+
+
+class _Observer(BaseModel):
+    model_config = ConfigDict(extra="ignore", frozen=True, strict=True)
+
+    sha256: str
+
+
+class _Idle(BaseModel):
+    model_config = ConfigDict(extra="ignore", frozen=True, strict=True)
+
+    accepted_mode: str
+    device_ids: tuple[int, ...]
+    row_count: int
+    sanitized_payload: dict[str, list[dict[str, object]]]
+
+
 class _Snapshot(BaseModel):
+    """One `xpu-smi ps` of the cards, as the producer's idle check recorded it."""
+
     model_config = ConfigDict(extra="ignore", frozen=True, strict=True)
 
     status: str
     observed_utc: str
+    child_identity: _ChildIdentity
+    xpu_smi: _Observer
+    idle: _Idle
+    raw_capture: _Capture
+
+
+OBSERVER_PID: Final = "<observer-child-pid>"
+"""How the sanitized rows name the pid of the observer itself."""
+ROWS_KEY: Final = "device_util_by_proc_list"
+
+
+def _snapshot_problems(name: str, snapshot: _Snapshot, observer_sha256: str | None) -> list[str]:
+    """What one snapshot states against itself: its raw capture against its digests, its
+    sanitized rows against the raw ones, each card once, and (self_observer_rows, the only mode
+    that passes) no process on any card but the observer itself."""
+    at = f"run/{name}"
+    problems = []
+    capture = snapshot.raw_capture
+    raw: dict[str, bytes] = {}
+    for stream in ("stdout", "stderr"):
+        try:
+            raw[stream] = base64.b64decode(getattr(capture, f"{stream}_base64"), validate=True)
+        except ValueError:
+            problems.append(f"{at}: raw_capture.{stream}_base64 is no base64")
+            continue
+        stated = (getattr(capture, f"{stream}_bytes"), getattr(capture, f"{stream}_sha256"))
+        if (len(raw[stream]), sha256_bytes(raw[stream])) != stated:
+            problems.append(
+                f"{at}: raw_capture.{stream}: expected {stated[0]} bytes of sha256 "
+                f"{stated[1][:12]}…, found {len(raw[stream])} of {sha256_bytes(raw[stream])[:12]}…"
+            )
+    if observer_sha256 is not None and snapshot.xpu_smi.sha256 != observer_sha256:
+        problems.append(
+            f"{at}: xpu_smi.sha256 expected {observer_sha256} (runtime-lock.json host."
+            f"xpu_smi_sha256), found {snapshot.xpu_smi.sha256}"
+        )
+    idle = snapshot.idle
+    rows = idle.sanitized_payload.get(ROWS_KEY, [])
+    if idle.accepted_mode != "self_observer_rows":
+        problems.append(
+            f"{at}: idle.accepted_mode expected self_observer_rows, found {idle.accepted_mode!r}"
+        )
+    cards = sorted(str(r.get("device_id")) for r in rows)
+    if idle.row_count != len(rows) or cards != sorted(map(str, idle.device_ids)):
+        problems.append(
+            f"{at}: idle: expected one row per card of device_ids {list(idle.device_ids)} "
+            f"(row_count {idle.row_count}), found {len(rows)} rows"
+        )
+    problems += [
+        f"{at}: idle row of card {r.get('device_id')}: expected only the observer "
+        f"({OBSERVER_PID}), found process {r.get('process_id')} ({r.get('process_name')})"
+        for r in rows
+        if r.get("process_id") != OBSERVER_PID
+    ]
+    try:
+        document = json.loads(raw.get("stdout", b"{}"))
+        captured = document.get(ROWS_KEY, []) if isinstance(document, dict) else None
+    except ValueError:
+        captured = None
+    own = snapshot.child_identity.process_id
+    again = (
+        [
+            {
+                **{k: v for k, v in row.items() if k != "process_id"},
+                "process_id": OBSERVER_PID
+                if row.get("process_id") == own
+                else row.get("process_id"),
+            }
+            for row in captured
+            if isinstance(row, dict)
+        ]
+        if isinstance(captured, list)
+        else None
+    )
+    shown = [{k: v for k, v in r.items() if k != "process_name_mode"} for r in rows]
+    if again != shown:
+        problems.append(
+            f"{at}: idle.sanitized_payload expected the raw capture's rows with the observer's "
+            f"pid {own} sanitized, found other rows"
+        )
+    return problems
 
 
 def idle_problems(
-    files: Mapping[str, bytes], suite_created_utc: str | None, verified_interval_s: int | None
+    files: Mapping[str, bytes],
+    suite_created_utc: str | None,
+    verified_interval_s: int | None,
+    observer_sha256: str | None = None,
+    cards: int | None = None,
 ) -> list[str]:
-    """The idle snapshots around the run passed, in order around the suite, and the interval
-    summary states what the snapshot files are."""
+    """The idle snapshots around the run passed, each as its raw capture gives it, in order
+    around the suite, and the interval summary states what the snapshot files are."""
     problems = []
     observed: dict[str, str] = {}
     for name in (PRE_IDLE, *POST_IDLE, *(n for n in files if SNAPSHOT.fullmatch(n))):
@@ -186,12 +308,21 @@ def idle_problems(
         observed[name] = snapshot.observed_utc
         if snapshot.status != "passed":
             problems.append(f"run/{name}: status expected passed, found {snapshot.status!r}")
-    if suite_created_utc is not None:
-        if PRE_IDLE in observed and not observed[PRE_IDLE] < suite_created_utc:
+        problems += _snapshot_problems(name, snapshot, observer_sha256)
+        if cards is not None and len(snapshot.idle.device_ids) != cards:
             problems.append(
-                f"run/{PRE_IDLE}: observed_utc expected before the suite's "
-                f"{suite_created_utc}, found {observed[PRE_IDLE]}"
+                f"run/{name}: idle.device_ids expected the {cards} cards of runtime-lock.json "
+                f"host.gpu_count, found {list(snapshot.idle.device_ids)}"
             )
+    if suite_created_utc is not None:
+        for name, when in observed.items():
+            before = name == PRE_IDLE or "/prestart-" in name
+            if name not in POST_IDLE and (when < suite_created_utc) != before:
+                side = "before" if before else "after"
+                problems.append(
+                    f"run/{name}: observed_utc expected {side} the suite's {suite_created_utc}, "
+                    f"found {when}"
+                )
         problems += [
             f"run/{name}: observed_utc expected after the suite's {suite_created_utc}, found "
             f"{observed[name]}"
@@ -200,7 +331,9 @@ def idle_problems(
         ]
     summary = files.get(IDLE_SUMMARY)
     if summary is not None:
-        problems += _summary_problems(summary.decode(errors="replace"), files, verified_interval_s)
+        problems += _summary_problems(
+            summary.decode(errors="replace"), observed, verified_interval_s
+        )
     return problems
 
 
@@ -210,7 +343,7 @@ _SUMMARY_LINE: Final = re.compile(
 
 
 def _summary_problems(
-    text: str, files: Mapping[str, bytes], verified_interval_s: int | None
+    text: str, observed: Mapping[str, str], verified_interval_s: int | None
 ) -> list[str]:
     where = f"run/{IDLE_SUMMARY}"
     phases: dict[str, tuple[int, int]] = {}
@@ -226,11 +359,20 @@ def _summary_problems(
             continue
         phases[match["phase"]] = (int(match["elapsed"]), int(match["count"]))
     for phase in ("prestart", "poststop"):
-        taken = sum(1 for n in files if n.startswith(f"idle-interval/{phase}-"))
+        times = sorted(t for n, t in observed.items() if n.startswith(f"idle-interval/{phase}-"))
+        taken = len(times)
         if phase not in phases:
             problems.append(f"{where}: expected a {phase} line, found none")
             continue
         elapsed, count = phases[phase]
+        span = _seconds_between(times[0], times[-1]) if len(times) > 1 else None
+        if span is not None:
+            gap = span / (len(times) - 1)
+            if not span <= elapsed + 1 or elapsed > span + gap + 1:
+                problems.append(
+                    f"{where}: {phase} elapsed_seconds expected the {span:.0f} s its snapshots "
+                    f"span (one {gap:.0f} s interval more at most), found {elapsed}"
+                )
         if count != taken:
             problems.append(
                 f"{where}: {phase} snapshots expected {taken} (the {phase} files), found {count}"
@@ -241,6 +383,13 @@ def _summary_problems(
                 f"verified_idle_interval_seconds {verified_interval_s}, found {elapsed}"
             )
     return problems
+
+
+def _seconds_between(first: str, last: str) -> float | None:
+    try:
+        return (datetime.fromisoformat(last) - datetime.fromisoformat(first)).total_seconds()
+    except ValueError:
+        return None
 
 
 # --- identity.txt ----------------------------------------------------------------------------
@@ -299,6 +448,8 @@ class LockDigest(_Foreign):
 class RuntimeLock(_Foreign):
     """The parts of the producer's runtime lock that its other files restate."""
 
+    host: dict[str, object] = {}
+    toolchain: dict[str, object] = {}
     python_packages: dict[str, str] = {}
     source: dict[str, LockSource] = {}
     native_modules: tuple[LockDigest, ...] = ()
@@ -368,17 +519,8 @@ def identity_problems(statements: Statements, run: Run) -> Judged:
     argmax = speculative.get("use_local_argmax_reduction")
     expect("local_argmax", _shown(argmax), "the argv's use_local_argmax_reduction")
     expect("local_argmax", _flag(run.environment.get("LAGUNA_LOCAL_ARGMAX")), "LAGUNA_LOCAL_ARGMAX")
-    utilisation = _last(run.argv, "--gpu-memory-utilization")
     bound.add("gpu_memory_utilization")
-    for value, source in (
-        (utilisation, "the argv's --gpu-memory-utilization"),
-        (run.environment.get("LAGUNA_GPU_UTIL"), "LAGUNA_GPU_UTIL"),
-    ):
-        if not _same_number(said.get("gpu_memory_utilization"), value):
-            problems.append(
-                f"{where}: gpu_memory_utilization expected {value} ({source}), found "
-                f"{said.get('gpu_memory_utilization')}"
-            )
+    problems += _utilisation_problems(said, run, where)
     for key, variables in SELECTORS.items():
         for variable in variables:
             expect(key, run.environment.get(variable), f"the service environment's {variable}")
@@ -388,12 +530,32 @@ def identity_problems(statements: Statements, run: Run) -> Judged:
     expect("retries", "0", "a record run once")
     expect("no_warmup", "true", "a cold suite: the first request is a prompt of the suite")
     bound.add("verified_idle_interval_seconds")  # judged against the idle interval's summary
+    problems += _interval_problems(said, where)
     problems += _runtime_file_problems(statements.files, run, where)
     stated_only = tuple(sorted(set(said) - bound)) + tuple(
         path for path in statements.files if not _under_venv(path, run.manifest)
     )
     files = sum(_under_venv(path, run.manifest) for path in statements.files)
     return Judged(tuple(dict.fromkeys(problems)), len(bound & set(said)) + files, stated_only)
+
+
+def _utilisation_problems(said: Mapping[str, str], run: Run, where: str) -> list[str]:
+    stated = said.get("gpu_memory_utilization")
+    return [
+        f"{where}: gpu_memory_utilization expected {value} ({source}), found {stated}"
+        for value, source in (
+            (_last(run.argv, "--gpu-memory-utilization"), "the argv's --gpu-memory-utilization"),
+            (run.environment.get("LAGUNA_GPU_UTIL"), "LAGUNA_GPU_UTIL"),
+        )
+        if not _same_number(stated, value)
+    ]
+
+
+def _interval_problems(said: Mapping[str, str], where: str) -> list[str]:
+    interval = said.get("verified_idle_interval_seconds")
+    if interval is None or interval.isdecimal():
+        return []
+    return [f"{where}: verified_idle_interval_seconds expected whole seconds, found {interval!r}"]
 
 
 def verified_interval(statements: Statements) -> int | None:
@@ -534,6 +696,11 @@ def exactness_problems(
     candidate = document.candidates[0]
     compared = candidate.comparison
     problems = []
+    if posixpath.normpath(document.teacher) == posixpath.normpath(candidate.candidate):
+        problems.append(
+            f"{where}: teacher expected another run's bench than the candidate's, found "
+            f"{document.teacher}, the candidate itself"
+        )
     if run_directory is not None and posixpath.dirname(candidate.candidate) != run_directory:
         problems.append(
             f"{where}: candidate expected the bench of {run_directory} (the run the service "
@@ -766,6 +933,7 @@ def freeze_problems(
                 f"runtime-lock.json: python_packages.{name} expected {found} ({where}), found "
                 f"{version}"
             )
+    problems += _runtime_lock_problems(lock)
     declared = {s.name: s.commit for s in manifest.sources}
     locked = {name: s.commit for name, s in lock.source.items()}
     if locked != declared:
@@ -776,6 +944,28 @@ def freeze_problems(
             for n in differing
         ]
     return len(versions), problems
+
+
+def _runtime_lock_problems(lock: RuntimeLock) -> list[str]:
+    """The runtime lock against itself: its interpreter the release its venv's files are of,
+    its native modules and kernel libraries named as files of their package, not paths."""
+    problems = []
+    python = lock.toolchain.get("python")
+    series = ".".join(str(python).split(".")[:2]) if isinstance(python, str) else None
+    for item in lock.runtime_files:
+        found = re.search(r"/lib/python(3\.[0-9]+)/", item.path_template)
+        if series is not None and found is not None and found[1] != series:
+            problems.append(
+                f"runtime-lock.json: toolchain.python {python}: expected the release of its "
+                f"runtime file {item.path_template}, python{found[1]}"
+            )
+    problems += [
+        f"runtime-lock.json: {item.module or item.path}: expected a file name of its package, "
+        f"found the path {item.path!r}"
+        for item in (*lock.native_modules, *lock.mapped_kernel_libraries)
+        if "/" in item.path or item.path in ("", ".", "..")
+    ]
+    return problems
 
 
 def _first(error: ValidationError) -> str:
@@ -861,3 +1051,168 @@ def teacher_bench_problems(
 
 
 TEACHER_BENCH_NAME: Final = "teacher-bench.json"
+
+
+# --- bench.json: what it says beside its rows --------------------------------------------------
+
+
+class _BenchRowStatement(_Strict):
+    prompt_id: str
+    prompt_sha256: str
+    sha256: str
+    stream_token_id_count: int
+    tok_s_1_100_after_ttft: float | None = None
+    request_started_epoch_s: float
+    request_ended_epoch_s: float
+    ttft_s: float
+
+
+class _FinalGate(_Strict):
+    passed: bool
+    cached_tokens: tuple[int, ...]
+    stream_token_id_counts: tuple[int, ...]
+
+
+class _Validity(_Strict):
+    valid: bool
+    each_prompt_run_once: bool
+    prompts_are_unique: bool
+    response_reuse: bool
+    history_acceleration: bool
+    cached_tokens_all_zero: bool
+    prompt_count: int
+
+
+class _BenchIdentity(_Strict):
+    base_url: str
+    model: str
+    max_tokens: int
+    seed: int
+    prompt_count: int
+    api_mode: str
+
+
+class _BenchStatements(_Strict):
+    rows: tuple[_BenchRowStatement, ...]
+    output_sha256s: tuple[str, ...]
+    prompt_sha256s: tuple[str, ...]
+    realistic_final_gate: _FinalGate
+    fresh_response_validity: _Validity
+    run_identity: _BenchIdentity
+
+
+def bench_problems(
+    data: bytes,
+    rows: Sequence[OracleRow],
+    suite: Suite,
+    manifest: Manifest,
+    *,
+    argv: Sequence[str],
+    stored_median: float | None,
+    tokens: int,
+) -> list[str]:
+    """What the record's bench states beside its rows, against the rows, the suite and the
+    launch: each prompt's sha256 the suite's, its output and token counts its row's, its rate
+    and median recomputed, its request ending after it began, its own validity and final
+    gate passed for a cold suite run once, its run identity the suite's and the launch's."""
+    where = "run/bench.json"
+    try:
+        bench = _BenchStatements.model_validate_json(data)
+    except ValidationError as error:
+        return [f"{where}: expected the record's bench, {_first(error)}"]
+    problems = []
+    digests = {prompt.id: prompt.sha256 for prompt in suite.prompts}
+    for place, (stated, row) in enumerate(zip(bench.rows, rows, strict=False)):
+        at = f"{where}: row {place} ({row.prompt_id})"
+        checks = {
+            "prompt_sha256": (stated.prompt_sha256, digests.get(row.prompt_id), "the suite's"),
+            "stream_token_id_count": (
+                stated.stream_token_id_count,
+                len(row.token_ids),
+                "its token ids",
+            ),
+            "prompt_sha256s[i]": (
+                bench.prompt_sha256s[place] if place < len(bench.prompt_sha256s) else None,
+                stated.prompt_sha256,
+                "its row's",
+            ),
+            "output_sha256s[i]": (
+                bench.output_sha256s[place] if place < len(bench.output_sha256s) else None,
+                stated.sha256,
+                "its row's",
+            ),
+        }
+        problems += [
+            f"{at}: {field} expected {expected} ({source}), found {found}"
+            for field, (found, expected, source) in checks.items()
+            if found != expected
+        ]
+        if not 0 <= stated.ttft_s <= stated.request_ended_epoch_s - stated.request_started_epoch_s:
+            problems.append(
+                f"{at}: expected a request that began, answered its first token, then ended; "
+                f"found began {stated.request_started_epoch_s}, ttft {stated.ttft_s} s, ended "
+                f"{stated.request_ended_epoch_s}"
+            )
+        if stated.tok_s_1_100_after_ttft is not None:
+            try:
+                rate = measure([row], tokens).historical_median
+            except UnmeasurableRow:
+                rate = None
+            if rate is None or abs(rate - stated.tok_s_1_100_after_ttft) > 1e-9:
+                problems.append(
+                    f"{at}: tok_s_1_100_after_ttft expected {rate!r} (recomputed, N/span), "
+                    f"found {stated.tok_s_1_100_after_ttft!r}"
+                )
+    if len(bench.output_sha256s) != len(rows) or len(bench.prompt_sha256s) != len(rows):
+        problems.append(f"{where}: expected one output and prompt sha256 per row")
+    try:
+        median = measure(rows, tokens).historical_median if rows else None
+    except UnmeasurableRow:
+        median = None
+    if stored_median is not None and (median is None or abs(median - stored_median) > 1e-12):
+        problems.append(
+            f"{where}: summary median expected {median!r} (recomputed, N/span), found "
+            f"{stored_median!r}"
+        )
+    validity, final = bench.fresh_response_validity, bench.realistic_final_gate
+    stated_flags = {
+        "fresh_response_validity.valid": (validity.valid, True),
+        "fresh_response_validity.each_prompt_run_once": (validity.each_prompt_run_once, True),
+        "fresh_response_validity.prompts_are_unique": (validity.prompts_are_unique, True),
+        "fresh_response_validity.response_reuse": (validity.response_reuse, False),
+        "fresh_response_validity.history_acceleration": (validity.history_acceleration, False),
+        "fresh_response_validity.cached_tokens_all_zero": (
+            validity.cached_tokens_all_zero,
+            all(r.cached_tokens == 0 for r in rows),
+        ),
+        "fresh_response_validity.prompt_count": (validity.prompt_count, len(suite.prompts)),
+        "realistic_final_gate.passed": (final.passed, True),
+        "realistic_final_gate.cached_tokens": (
+            list(final.cached_tokens),
+            [r.cached_tokens for r in rows],
+        ),
+        "realistic_final_gate.stream_token_id_counts": (
+            list(final.stream_token_id_counts),
+            [len(r.token_ids) for r in rows],
+        ),
+    }
+    identity = bench.run_identity
+    served = _last(argv, "--served-model-name")
+    port = _last(argv, "--port")
+    stated_flags |= {
+        "run_identity.max_tokens": (identity.max_tokens, suite.max_tokens),
+        "run_identity.seed": (identity.seed, suite.seed),
+        "run_identity.prompt_count": (identity.prompt_count, len(suite.prompts)),
+        "run_identity.api_mode": (identity.api_mode, suite.api),
+        "run_identity.model": (identity.model, served or identity.model),
+        "run_identity.base_url port": (
+            identity.base_url.rsplit(":", 1)[-1].rstrip("/"),
+            str(manifest.launch.port) if port == "{port}" else port or "",
+        ),
+    }
+    problems += [
+        f"{where}: {field} expected {expected!r}, found {found!r}"
+        for field, (found, expected) in stated_flags.items()
+        if found != expected
+    ]
+    return problems
