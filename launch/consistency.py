@@ -513,6 +513,63 @@ def _reading_problems(reads: _Reads, pair: str) -> list[str]:
             f"{pair}: {start}: expected one server process for both reads, found "
             f"{_values(old_start)} before and {_values(new_start)} after"
         )
+    for read, which in ((reads.before, "before"), (reads.after, "after")):
+        problems += [f"{pair} ({which}): {p}" for p in _one_read_problems(read)]
+    problems += [
+        f"{pair}: {name}{_labels(key)}: expected no request left once the suite was answered, "
+        f"found {_shown(value)}"
+        for name in IDLE_AFTER_SUITE
+        for key, value in sorted(reads.after.get(name, {}).items(), key=lambda kv: sorted(kv[0]))
+        if value != 0
+    ]
+    return problems
+
+
+IDLE_AFTER_SUITE: Final = ("vllm:num_requests_running", "vllm:num_requests_waiting")
+"""Gauges that read 0 once every request of the suite was answered."""
+
+
+def _one_read_problems(read: Samples) -> list[str]:
+    """One read against itself: every histogram's buckets cumulative, its +Inf bucket its
+    count; no counter created before the process that exports it started."""
+    problems = []
+    for name in sorted(n for n in read if n.endswith("_bucket")):
+        family = name.removesuffix("_bucket")
+        series: dict[LabelSet, list[tuple[float, float]]] = defaultdict(list)
+        for labels, value in read[name].items():
+            bound = dict(labels).get("le")
+            rest = frozenset((k, v) for k, v in labels if k != "le")
+            try:
+                series[rest].append((float(bound) if bound is not None else float("nan"), value))
+            except ValueError:
+                problems.append(f"{name}{_labels(labels)}: expected an le bound, found {bound!r}")
+        for rest, buckets in sorted(series.items(), key=lambda kv: sorted(kv[0])):
+            buckets.sort()
+            values = [value for _bound, value in buckets]
+            if any(later < earlier for earlier, later in pairwise(values)):
+                problems.append(
+                    f"{name}{_labels(rest)}: expected cumulative buckets, found {values}"
+                )
+            count = read.get(f"{family}_count", {}).get(rest)
+            if (
+                buckets
+                and buckets[-1][0] == float("inf")
+                and count is not None
+                and count != values[-1]
+            ):
+                problems.append(
+                    f"{name}{_labels(rest)}: expected the +Inf bucket to be {family}_count "
+                    f"{_shown(count)}, found {_shown(values[-1])}"
+                )
+    started = list(read.get("process_start_time_seconds", {}).values())
+    if started:
+        problems += [
+            f"{name}{_labels(key)}: expected a counter created once its process started "
+            f"({started[0]!r}), found {value!r}"
+            for name in sorted(n for n in read if n.endswith("_created"))
+            for key, value in sorted(read[name].items(), key=lambda kv: sorted(kv[0]))
+            if value < started[0] - 1
+        ]
     return problems
 
 

@@ -538,17 +538,36 @@ def test_fewer_chat_requests_than_rows_are_refused() -> None:
 
 
 def test_a_per_request_histogram_counting_other_requests_is_refused() -> None:
+    """Its count alone raised: more observations than rows, and more than its own buckets."""
     assert tiny_metrics(after=sample("vllm:e2e_request_latency_seconds_count", 6.0)) == (
+        f'{PAIR} (after): vllm:e2e_request_latency_seconds_bucket{{engine="0",'
+        'model_name="tiny"}: expected the +Inf bucket to be vllm:e2e_request_latency_seconds_count'
+        " 6, found 5",
         f"{PAIR}: vllm:e2e_request_latency_seconds_count: expected a rise of 5 (one per row), "
         "found 6",
     )
 
 
+def test_a_histogram_whose_buckets_are_not_cumulative_is_refused() -> None:
+    bucket = "vllm:time_to_first_token_seconds_bucket"
+    found = tiny_metrics(after=sample(bucket, 5.0, le="0.001"))
+    assert any("expected cumulative buckets" in problem for problem in found), found
+
+
+def test_requests_left_running_after_the_suite_are_refused() -> None:
+    found = tiny_metrics(after=sample("vllm:num_requests_running", 3.0))
+    assert (
+        f'{PAIR}: vllm:num_requests_running{{engine="0",model_name="tiny"}}: expected no request '
+        "left once the suite was answered, found 3"
+    ) in found, found
+
+
 def test_decode_steps_other_than_one_per_later_token_are_refused() -> None:
-    assert tiny_metrics(after=sample("vllm:inter_token_latency_seconds_count", 154.0)) == (
+    found = tiny_metrics(after=sample("vllm:inter_token_latency_seconds_count", 154.0))
+    assert (
         f"{PAIR}: vllm:inter_token_latency_seconds_count: expected a rise of 155 (each row's "
-        "tokens after its first: one decode step each), found 154",
-    )
+        "tokens after its first: one decode step each), found 154"
+    ) in found, found
 
 
 def test_prefix_cache_queries_while_the_engine_reports_caching_off_are_refused() -> None:
