@@ -3,6 +3,7 @@
 A start is one tree, spawned, ready, audited, asked, torn down: `server.json` names its group
 leader (the root of its sealed audit, a child of the repro that ran it) and when it was spawned
 and ready; every audited process was started by the kernel between the spawn and the teardown;
+its log names no process but those (vLLM's `pid=`, uvicorn's `process [N]`);
 `teardown.json` proves every audited process gone and names no other (a process the audit never
 saw ran code nothing judged), and says when it began and ended and how
 much of the log was written while the stack served; the log is not empty. Two starts are two:
@@ -91,6 +92,11 @@ def _one_start(start: StartEvidence, repro_pid: int | None) -> list[str]:
     if negative:
         problems.append(f"{at}/teardown.json: {', '.join(negative)}: expected not negative")
     audited = {p.pid for p in start.processes}
+    if strangers := sorted(_pids_named(start.log) - audited):
+        problems.append(
+            f"{at}/server.log: expected the log of the audited tree, found pids {strangers} "
+            "that it names and the audit never saw"
+        )
     if not audited <= set(teardown.pids):
         left = sorted(audited - set(teardown.pids))
         problems.append(

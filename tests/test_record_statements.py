@@ -43,6 +43,7 @@ EXACTNESS = "exactness-vs-q1.json = the rows and the teacher"
 ENVIRONMENT = "service-environment.txt = [launch.env], no loader override"
 FREEZE = "pip freeze = the pinned packages and the runtime lock"
 TEACHER = "the teacher's bench = the sha256 every file names, the teacher files"
+LOG = "server.log: no crash while serving, every suite request logged"
 
 
 def _laid_out(
@@ -204,6 +205,16 @@ def _faster_teacher(document: dict[str, Any]) -> None:
     document["summary"]["tok_s_1_100_after_ttft"]["median"] *= 2
 
 
+def _observed_process(document: dict[str, Any]) -> None:
+    """A card held by another process while the idle check still says passed."""
+    rows = document["idle"]["sanitized_payload"]["device_util_by_proc_list"]
+    rows[0].update(process_id=4242, process_name="python3", mem_size=24000)
+
+
+def _first_bench_row(change: Callable[[dict[str, Any]], None]) -> Callable[[dict[str, Any]], None]:
+    return lambda document: change(document["rows"][0])
+
+
 def _extra_file(record: Path) -> None:
     (record / "evidence" / "record-run" / "notes.txt").write_text("nothing checks me\n")
 
@@ -321,6 +332,60 @@ FORGERIES: dict[str, tuple[Edit, set[str]]] = {
     "a row dropped": (_json("bench.json", _drop_last_bench_row), {ROWS}),
     "a file of the run directory that nothing judges": (_extra_file, {FILES}),
     "a teacher bench of another run": (_teacher_bench(_other_teacher_token), {TEACHER}),
+    "a card held by another process before the start": (
+        _json("pre-idle.json", _observed_process),
+        {IDLE},
+    ),
+    "an idle check whose raw capture is of other bytes": (
+        _json("post-idle.json", lambda d: d["raw_capture"].__setitem__("stdout_bytes", 1)),
+        {IDLE},
+    ),
+    "a verified idle interval that is no number": (
+        _line(
+            "identity.txt",
+            r"^verified_idle_interval_seconds=60$",
+            "verified_idle_interval_seconds=60s",
+        ),
+        {IDENTITY},
+    ),
+    "the run compared with itself": (
+        _json(
+            "exactness-vs-q1.json",
+            lambda d: d.__setitem__("teacher", d["candidates"][0]["candidate"]),  # type: ignore[index]
+        ),
+        {EXACTNESS},
+    ),
+    "a crash while serving": (
+        _line(
+            "server.log",
+            r"^(.*Prepared Laguna DFlash.*)$",
+            r"\1\nTraceback (most recent call last):",
+        ),
+        {LOG},
+    ),
+    "the bench's median doubled": (
+        _json(
+            "bench.json",
+            lambda d: d["summary"]["tok_s_1_100_after_ttft"].__setitem__("median", 205.9),
+        ),  # type: ignore[index]
+        {ROWS},
+    ),
+    "the bench's own final gate failed": (
+        _json("bench.json", lambda d: d["realistic_final_gate"].__setitem__("passed", False)),  # type: ignore[index]
+        {ROWS},
+    ),
+    "a row's prompt another than the suite's": (
+        _json(
+            "bench.json", _first_bench_row(lambda row: row.__setitem__("prompt_sha256", "0" * 64))
+        ),
+        {ROWS},
+    ),
+    "a runtime lock of another interpreter than its venv's files": (
+        _manifests(
+            "runtime-lock.json", lambda t: t.replace('"python": "3.12.13"', '"python": "3.11.9"', 1)
+        ),
+        {FREEZE},
+    ),
     "a teacher bench stating twice its median": (_teacher_bench(_faster_teacher), {TEACHER}),
 }
 

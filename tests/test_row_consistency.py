@@ -765,3 +765,17 @@ def test_speculation_the_metrics_do_not_export_is_not_applicable_not_invented() 
     assert findings == Findings(
         (), ("speculative decoding and decode steps: a read lacks vllm:spec_decode_* counters",)
     )
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["--max-model-len", "9" * 400 + "k"],  # float() of it is inf: no int
+        ["--max-model-len", str(2**64)],
+        ["--speculative-config", '{"method": "ngram", "num_speculative_tokens": 10000000000}'],
+    ],
+)
+def test_a_limit_too_large_to_be_one_is_refused_not_computed(argv: list[str]) -> None:
+    """Neither an overflow nor an enumeration of ten billion draft positions."""
+    with pytest.raises(BadInput):
+        Limits.of(suite_of(TINY), argv)

@@ -466,6 +466,10 @@ REQUIREMENT_CASES = {
         lambda lines: _inserted(lines, f"repro-serving==0.1.0 --hash=sha256:{SHA}"),
         _pin("repro-serving"), "repro itself pinned",
     ),
+    "a pin nothing repro needs requires": (
+        lambda lines: _inserted(lines, f"evil-backdoor==6.6.6 --hash=sha256:{SHA}"),
+        _pin("evil-backdoor"), "evil-backdoor is pinned but required by nothing repro needs",
+    ),
     "an index option": (
         lambda lines: [*lines, "--extra-index-url https://evil.example/simple"],
         len, "is not a pin",

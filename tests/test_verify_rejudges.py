@@ -213,6 +213,43 @@ def _second_worker(root: Path) -> None:
 AUDIT_LIES["a second worker"] = (_second_worker, "role worker")
 
 
+def _mapped_twice(process: dict[str, Any]) -> None:
+    """One path mapped again with other bytes, the tree's file count kept right."""
+    twin = json.loads(json.dumps(process["objects"][-1]))
+    twin["file_id"], twin["sha256"] = "9:999999", "ab" * 32
+    process["objects"].append(twin)
+
+
+def _preload_unnamed(root: Path) -> None:
+    def change(document: dict[str, Any]) -> None:
+        root_process = next(p for p in document["processes"] if p["pid"] == document["root_pid"])
+        root_process["objects"][-1]["rule"] = "preload"
+
+    _edit_role("api_server", change)(root)
+
+
+def _other_release(process: dict[str, Any]) -> None:
+    prefix = process["exe"].rsplit("/bin/", 1)[0]
+    process["exe"] = process["objects"][0]["path"] = f"{prefix}/bin/python3.12"
+
+
+def _mapped_twice_counted(root: Path) -> None:
+    _worker(_mapped_twice)(root)
+    for role in _roles(root):
+        _edit_role(role, _count_files)(root)
+
+
+AUDIT_LIES["one path mapped with two digests"] = (
+    _mapped_twice_counted,
+    "one file mapped at a path",
+)
+AUDIT_LIES["a preload no LD_PRELOAD names"] = (_preload_unnamed, "preload named by LD_PRELOAD")
+AUDIT_LIES["an interpreter of another release in the base's bin"] = (
+    _worker(_other_release),
+    "exe: expected",
+)
+
+
 def _no_worker(root: Path) -> None:
     _edit_role("worker", lambda d: d.__setitem__("processes", []))(root)
 
@@ -263,6 +300,17 @@ def test_a_root_started_with_another_environment_than_run_json_is_refused(
     document = hostile(tmp_path, capsys, _edit_role("api_server", bigger, start=2))
     detail = failed(document, "live audit of start-2 judged again")
     assert "VLLM_CPU_KVCACHE_SPACE: expected '1' (run.json env), found '64'" in detail
+
+
+def test_a_process_adding_a_code_path_to_its_environment_is_refused(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The worker imports from /tmp: no loader rule sees PYTHONPATH, run.json never set it."""
+    document = hostile(
+        tmp_path, capsys, _worker(lambda p: p["environ"].__setitem__("PYTHONPATH", "/tmp/evil"))
+    )
+    detail = failed(document, "live audit of start-1 judged again")
+    assert "PYTHONPATH: expected unset (run.json env), found '/tmp/evil'" in detail
 
 
 def test_a_later_start_mapping_other_files_than_the_lock_is_refused(
@@ -354,6 +402,11 @@ START_LIES: dict[str, tuple[Edit, str, str]] = {
         ),
         "fresh starts",
         "that the audit never saw",
+    ),
+    "a log naming a process the audit never saw": (
+        _log(1, b"(EngineCore pid=31337) INFO starting\n"),
+        "fresh starts",
+        "the audit never saw",
     ),
     "server.json naming another pid": (
         _json("evidence/start-1/server.json", lambda d: d.__setitem__("pid", d["pid"] + 1)),
