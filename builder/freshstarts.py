@@ -62,12 +62,33 @@ def start_problems(starts: Sequence[StartEvidence], *, repro_pid: int | None) ->
     problems: list[str] = []
     for start in starts:
         problems += _one_start(start, repro_pid)
+    problems += _ranks_problems(starts)
     by_rank: dict[int, list[StartEvidence]] = {}
     for start in sorted(starts, key=lambda s: (s.rank, s.start)):
         by_rank.setdefault(start.rank, []).append(start)
     for ranks in by_rank.values():
         for earlier, later in itertools.pairwise(ranks):
             problems += _apart(earlier, later)
+    return problems
+
+
+def _ranks_problems(starts: Sequence[StartEvidence]) -> list[str]:
+    """Each rank beyond 0 of a start served while rank 0 did: its processes started before
+    rank 0 was ready, its teardown began after."""
+    problems = []
+    leaders = {s.start: s.server for s in starts if s.rank == 0 and s.server is not None}
+    for start in starts:
+        server = leaders.get(start.start)
+        if start.rank == 0 or server is None or server.ready_at is None:
+            continue
+        ready = server.ready_at
+        problems += _late_processes(start, ready, start.where)
+        began = start.teardown.began_at
+        if began is not None and began < ready:
+            problems.append(
+                f"{start.where}/teardown.json: began_at {began}: expected after rank 0 was "
+                f"ready at {ready}"
+            )
     return problems
 
 
@@ -208,7 +229,26 @@ def _server_problems(
         problems.append(
             f"{at}/teardown.json: began_at {began}: expected after ready_at {ready} (server.json)"
         )
+    # the suite is asked one prompt at a time, between ready and teardown
+    streamed = sum(max(row.token_offsets_s, default=0.0) for row in start.rows)
+    if began is not None and streamed > began - ready + CLOCK_SLACK_S:
+        problems.append(
+            f"{at}/rows.json: {streamed:.3f} s of streaming: expected at most the "
+            f"{began - ready:.3f} s between ready_at and teardown's began_at, one prompt at a time"
+        )
+    problems += _late_processes(start, ready, at)
     return problems
+
+
+def _late_processes(start: StartEvidence, ready: float, at: str) -> list[str]:
+    """The stack was ready once every process of it had started: one started later was
+    never what served the suite's first request."""
+    return [
+        f"{at}/audit: pid {p.pid} ({p.role}) started_at {p.started_at}: expected before the "
+        f"stack was ready at {ready}"
+        for p in start.processes
+        if p.started_at is not None and p.started_at > ready + BOOT_TIME_SLACK_S
+    ]
 
 
 def _apart(earlier: StartEvidence, later: StartEvidence) -> list[str]:

@@ -574,14 +574,19 @@ def _consistency_checks(sealed: OpenedBundle) -> list[ClaimCheck]:
     problems = consistency.starts_problems(starts)
     first = {row.prompt_id: row for row in starts[0][1]} if starts else {}
     for where, rows in starts[1:]:
-        problems += [
-            f"{where}: row {row.prompt_id} text_sha256 {row.text_sha256}: expected "
-            f"{first[row.prompt_id].text_sha256}, start 1's for the same token ids"
-            for row in rows
-            if row.prompt_id in first
-            and row.token_ids == first[row.prompt_id].token_ids
-            and row.text_sha256 != first[row.prompt_id].text_sha256
-        ]
+        for row in rows:
+            earlier = first.get(row.prompt_id)
+            if earlier is None or row.token_ids != earlier.token_ids:
+                continue
+            problems += [
+                f"{where}: row {row.prompt_id} {field} {mine!r}: expected {theirs!r}, start 1's "
+                "for the same token ids"
+                for field, mine, theirs in (
+                    ("text_sha256", row.text_sha256, earlier.text_sha256),
+                    ("finish_reason", row.finish_reason, earlier.finish_reason),
+                )
+                if mine != theirs
+            ]
     checks.append(
         ClaimCheck(
             "every start's rows = start 1's prompts and texts",

@@ -403,6 +403,34 @@ START_LIES: dict[str, tuple[Edit, str, str]] = {
         "fresh starts",
         "that the audit never saw",
     ),
+    "rows streamed for longer than the stack served": (
+        _json(
+            "evidence/start-1/rows.json",
+            lambda rows: (
+                [
+                    row.update(
+                        token_offsets_s=[t * 400 for t in row["token_offsets_s"]],
+                        first_token_after_s=row["first_token_after_s"] * 400,
+                        ttft_s=row["ttft_s"] * 400,
+                    )
+                    for row in rows
+                ]
+                and None
+            ),
+        ),
+        "fresh starts",
+        "s of streaming: expected at most",
+    ),
+    "start 2 ending a row otherwise on the same tokens": (
+        _json(
+            "evidence/start-2/rows.json",
+            lambda rows: rows[0].update(
+                finish_reason="stop" if rows[0]["finish_reason"] == "length" else "length"
+            ),
+        ),
+        "every start's rows",
+        "finish_reason",
+    ),
     "a log naming a process the audit never saw": (
         _log(1, b"(EngineCore pid=31337) INFO starting\n"),
         "fresh starts",
@@ -491,6 +519,14 @@ def _rank1_facts_of_rank0(document: dict[str, Any]) -> None:
     rank1.update({k: v for k, v in rank0.items() if k not in ("rank", "address")})
 
 
+def _rank_torn_down_early(root: Path) -> None:
+    ready = json.loads((root / "evidence/start-1/server.json").read_text())["ready_at"]
+    _json(
+        "evidence/start-1/rank-1/teardown.json",
+        lambda d: d.update(began_at=ready - 20, ended_at=ready - 20 + d["seconds"]),
+    )(root)
+
+
 NODE_LIES: dict[str, tuple[Edit, str, str]] = {
     "rank 1's node facts a copy of rank 0's": (
         _json("evidence/nodes.json", _rank1_facts_of_rank0),
@@ -519,6 +555,11 @@ NODE_LIES: dict[str, tuple[Edit, str, str]] = {
         ),
         "live audit of start-1 rank 1",
         "LD_PRELOAD=/tmp/libevil.so",
+    ),
+    "rank 1 torn down before rank 0 was ready": (
+        _rank_torn_down_early,
+        "fresh starts",
+        "expected after rank 0 was ready",
     ),
     "rank 1's teardown not proven": (
         _json(
