@@ -109,6 +109,12 @@ class Limits:
     """The argv asks for speculative decoding (`--speculative-config`)."""
     speculative_k: int | None = None
     """Its `num_speculative_tokens`; None when not speculative or not stated."""
+    prefix_caching: bool | None = None
+    """`--enable-prefix-caching` / `--no-enable-prefix-caching`; None when the argv leaves it
+    to vLLM's default."""
+    served_name: str | None = None
+    """`--served-model-name` (its first name): the `model_name` label of every vLLM metric;
+    None when the argv leaves it to the model's path."""
 
     @classmethod
     def of(cls, suite: Suite, argv: Sequence[str]) -> Limits:
@@ -124,6 +130,8 @@ class Limits:
             max_model_len=None if length is None else _max_model_len(length),
             speculative=config is not None,
             speculative_k=None if config is None else _speculative_k(config),
+            prefix_caching=_switch(argv, "--enable-prefix-caching"),
+            served_name=_served_name(argv),
         )
 
     def limit(self, row: OracleRow) -> tuple[int, str]:
@@ -153,6 +161,26 @@ def _last_value(argv: Sequence[str], flags: Sequence[str]) -> str | None:
             given = flag_value(argv, index)
             found = None if given is None else given[1]
     return found
+
+
+def _switch(argv: Sequence[str], flag: str) -> bool | None:
+    """An argparse BooleanOptionalAction as vLLM reads it: the last of `flag` and `--no-…`."""
+    negated = "--no-" + flag.removeprefix("--")
+    found = None
+    for argument in argv:
+        name = flag_name(argument)
+        if name in (flag, negated):
+            found = name == flag
+    return found
+
+
+def _served_name(argv: Sequence[str]) -> str | None:
+    """The first of `--served-model-name`'s names (nargs='+': the first is the label's)."""
+    for index in range(len(argv) - 1, -1, -1):
+        if flag_name(argv[index]) == "--served-model-name":
+            given = flag_value(argv, index)
+            return None if given is None else given[1]
+    return None
 
 
 def _max_model_len(value: str) -> int | None:
@@ -463,7 +491,8 @@ def metrics_problems(
     check = _Check(reads, pair)
     _request_checks(check, rows, limits)
     _prompt_checks(check, rows)
-    _cache_checks(check, rows)
+    _cache_checks(check, rows, limits)
+    _label_checks(check, limits)
     _decode_checks(check, rows, limits)
     return Findings(tuple(problems + check.problems), tuple(dict.fromkeys(check.not_applicable)))
 
@@ -688,12 +717,21 @@ def _cached(rows: Sequence[OracleRow]) -> int | None:
     return None if None in counts else sum(c for c in counts if c is not None)
 
 
-def _cache_checks(check: _Check, rows: Sequence[OracleRow]) -> None:
+def _cache_checks(check: _Check, rows: Sequence[OracleRow], limits: Limits) -> None:
     """The prefix cache's queries (every prompt token when it is on, none when off) and hits
     (the rows' cached tokens); a cached prefix only of what an earlier request computed."""
     queries = check.rise("vllm:prefix_cache_queries_total")
     hits = check.rise("vllm:prefix_cache_hits_total")
     enabled = _prefix_caching(check.reads.after)
+    if (
+        enabled is not None
+        and limits.prefix_caching is not None
+        and enabled != limits.prefix_caching
+    ):
+        check.problems.append(
+            f"{check.pair}: vllm:cache_config_info enable_prefix_caching: expected "
+            f"{limits.prefix_caching} (the argv), found {enabled}"
+        )
     if enabled is None and queries is not None:
         enabled = queries != 0
     prompt, cached = sum(row.prompt_tokens for row in rows), _cached(rows)
@@ -708,6 +746,25 @@ def _cache_checks(check: _Check, rows: Sequence[OracleRow]) -> None:
             total, why = expected[kind]
             check.fail(f"vllm:prefix_cache_{kind}_total", found, f"{total} ({why})")
     check.problems += _cached_beyond(check, rows, enabled)
+
+
+def _label_checks(check: _Check, limits: Limits) -> None:
+    """Every vLLM sample of both reads labelled with the model name the argv serves."""
+    if limits.served_name is None:
+        return
+    names = {
+        dict(key)["model_name"]
+        for read in (check.reads.before, check.reads.after)
+        for name, found in read.items()
+        if name.startswith("vllm:")
+        for key in found
+        if "model_name" in dict(key)
+    }
+    if names - {limits.served_name}:
+        check.problems.append(
+            f"{check.pair}: model_name: expected {limits.served_name!r} (the argv's "
+            f"--served-model-name), found {sorted(names)}"
+        )
 
 
 def _prefix_caching(after: Samples) -> bool | None:

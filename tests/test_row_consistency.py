@@ -10,6 +10,7 @@ pass their own model (the change is one the file format allows), and asserts the
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import re
 from collections.abc import Callable
@@ -207,7 +208,10 @@ def test_the_laguna_record_with_its_speculative_counters_contradicts_nothing() -
     """Its bench rows keep neither finish reasons nor read numbers; its vLLM exports neither
     admission rejections nor preemptions per request."""
     served = limits_of(LAGUNA)
-    assert served == Limits("chat", 512, 8192, speculative=True, speculative_k=11)
+    assert served == Limits(
+        "chat", 512, 8192, speculative=True, speculative_k=11, prefix_caching=False,
+        served_name="laguna-s-2.1-int4",
+    )  # fmt: skip
     findings = rows_problems(
         suite_of(LAGUNA), laguna_rows(), where="bench.json", limits=served, cached_tokens_gated=True
     )
@@ -231,7 +235,9 @@ def test_the_laguna_record_with_its_speculative_counters_contradicts_nothing() -
 
 
 def test_limits_come_from_the_suite_and_the_locked_argv() -> None:
-    assert limits_of(TINY) == Limits("chat", 32, 2048, speculative=False)
+    assert limits_of(TINY) == Limits(
+        "chat", 32, 2048, speculative=False, prefix_caching=False, served_name="tiny"
+    )
     run_argv = json.loads((TINY / "evidence" / "run.json").read_text())["argv"]
     assert Limits.of(suite_of(TINY), run_argv) == limits_of(TINY)
 
@@ -577,9 +583,31 @@ def test_prefix_cache_queries_while_the_engine_reports_caching_off_are_refused()
     )
 
 
+UNSTATED = dataclasses.replace(limits_of(TINY), prefix_caching=None)
+"""The tiny bundle's limits with prefix caching left to vLLM's default by the argv."""
+
+
+def test_an_engine_caching_prefixes_the_argv_turned_off_is_refused() -> None:
+    on = replaced('enable_prefix_caching="False"', 'enable_prefix_caching="True"')
+    assert (
+        f"{PAIR}: vllm:cache_config_info enable_prefix_caching: expected False (the argv), found "
+        "True"
+    ) in tiny_metrics(after=on)
+
+
+def test_metrics_of_another_model_name_than_the_argv_serves_are_refused() -> None:
+    found = tiny_metrics(
+        before=lambda t: t.replace('model_name="tiny"', 'model_name="gpt-4"'),
+        after=lambda t: t.replace('model_name="tiny"', 'model_name="gpt-4"'),
+    )
+    assert (
+        f"{PAIR}: model_name: expected 'tiny' (the argv's --served-model-name), found ['gpt-4']"
+    ) in found, found
+
+
 def test_no_prefix_cache_queries_while_the_engine_reports_caching_on_are_refused() -> None:
     on = replaced('enable_prefix_caching="False"', 'enable_prefix_caching="True"')
-    assert tiny_metrics(after=on) == (
+    assert tiny_metrics(after=on, served=UNSTATED) == (
         f"{PAIR}: vllm:prefix_cache_queries_total: expected a rise of 199 (the rows' "
         "prompt_tokens, prefix caching on), found 0",
     )
@@ -588,7 +616,10 @@ def test_no_prefix_cache_queries_while_the_engine_reports_caching_on_are_refused
 def test_cached_tokens_the_server_never_counted_are_refused() -> None:
     on = replaced('enable_prefix_caching="False"', 'enable_prefix_caching="True"')
     queried = sample("vllm:prefix_cache_queries_total", 199.0)
-    assert tiny_metrics(with_row(1, cached_tokens=10), after=lambda t: queried(on(t))) == (
+    found = tiny_metrics(
+        with_row(1, cached_tokens=10), after=lambda t: queried(on(t)), served=UNSTATED
+    )
+    assert found == (
         f"{PAIR}: vllm:prompt_tokens_cached_total: expected a rise of 10 (the rows' "
         "cached_tokens), found 0",
         f'{PAIR}: vllm:prompt_tokens_by_source_total{{source="local_compute"}}: expected a rise '
