@@ -19,7 +19,6 @@ from functools import cached_property
 from pathlib import Path
 from typing import Final
 
-from repro_serving.builder import imported
 from repro_serving.builder.claims import (
     ClaimCheck,
     content_check,
@@ -340,6 +339,10 @@ def recompute(
     bundle's."""
     checks: list[ClaimCheck] = [_manifest_check(sealed)]
     if sealed.lock.record is not None:
+        # an imported record's own judges, read only for such a bundle (a live one's verify
+        # need not load them)
+        from repro_serving.builder import imported
+
         checks += _guarded(
             "evidence",
             lambda: imported.recompute(sealed.path, sealed.manifest, sealed.lock, handoff),

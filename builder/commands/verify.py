@@ -9,11 +9,11 @@ nothing. Exit 0 when everything holds, 1 on any drift or failed claim.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import sys
 from pathlib import Path
 
 from rich.console import Console
-from rich.status import Status
 
 from repro_serving.builder.commands._keys import add_trust_arguments, trusted
 from repro_serving.builder.commands._shared import Verification, print_report
@@ -49,8 +49,12 @@ def execute(args: argparse.Namespace) -> int:
         ", observing this host" if args.host else ""
     )
     bundle = bundle_path(args.bundle)
-    quiet = args.json or not sys.stderr.isatty()
-    with Status(f"verifying {bundle}: {what}", console=Console(stderr=True, quiet=quiet)):
+    shown: contextlib.AbstractContextManager[object] = contextlib.nullcontext()
+    if not args.json and sys.stderr.isatty():
+        from rich.status import Status  # the spinner, only where someone watches it
+
+        shown = Status(f"verifying {bundle}: {what}", console=Console(stderr=True))
+    with shown:
         report = verify(bundle, trusted(args), host=args.host, anchor=args.anchor)
     if args.json:
         write_report(VerifyOutput.of(report))

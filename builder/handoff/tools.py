@@ -521,6 +521,10 @@ def requirements_problems(
     return problems
 
 
+_EXTRA = re.compile(r"\bextra\s*==")
+"""A requirement of an extra: it holds only where the extra is asked for, and none is."""
+
+
 def _unrequired_problems(requirements: ToolRequirements, headers: Message, where: str) -> list[str]:
     """No pin that nothing requires: `launch` installs every pin into the tools' environment,
     so one that neither the wheel nor any distribution it needs requires is code smuggled in.
@@ -541,9 +545,13 @@ def _unrequired_problems(requirements: ToolRequirements, headers: Message, where
             continue
         needed.add(name)
         try:
-            pending += metadata.requires(name) or []
+            requires = metadata.requires(name) or []
         except metadata.PackageNotFoundError:
             return []  # its requirements are unknown here
+        # an extra's requirement holds only where the extra is asked for: none is, here
+        pending += [
+            text for text in requires if "extra ==" not in text.replace("extra==", "extra ==")
+        ]
     return [
         _problem(
             f"{where}:{line}",
