@@ -17,14 +17,17 @@ token); a first token read in the answer's read 0 has no earlier read (`first_to
 0.0). `starts_problems`: a prompt has the same `prompt_tokens` in every fresh start.
 
 Metrics (`metrics_problems`): both reads of one process (`process_start_time_seconds`, every
-counter's `_created`), the same label sets, no counter or histogram sample going backwards, and
-not all unchanged while the suite was answered. Then what vLLM 0.32 counts per request, measured
-equal on the committed bundles, an ngram run and a prefix-cache-hit run of the tiny model:
-`request_success` one per row (per `finished_reason` where the rows state it),
-`prompt_tokens` / `generation_tokens` and the per-request histograms' counts and sums the rows'
-sums, `request_params_max_tokens` each row's limit, the prompt tokens by source and cached, the
-prefix cache's queries (the rows' prompt tokens when `vllm:cache_config_info` says prefix caching
-is on, none when off) and hits (their cached tokens), one inter-token latency per decode step
+counter's `_created`, none created before it), the same label sets, no counter or histogram
+sample going backwards, each read's histograms cumulative with the +Inf bucket their count, no
+request left running or waiting after the suite, and not all unchanged while the suite was
+answered; every vLLM sample labelled with the argv's served model name. Then what vLLM 0.32
+counts per request, measured equal on the committed bundles, an ngram run and a
+prefix-cache-hit run of the tiny model: `request_success` one per row (per `finished_reason`
+where the rows state it), `prompt_tokens` / `generation_tokens` and the per-request histograms'
+counts, sums and (where each row's value is known) buckets the rows', `request_params_max_tokens`
+each row's limit, the prompt tokens by source and cached, the prefix cache's queries (the rows'
+prompt tokens when `vllm:cache_config_info` says prefix caching is on, as the argv must ask,
+none when off) and hits (their cached tokens), one inter-token latency per decode step
 (exactly completion - 1 per row without speculation), and for speculative decoding with k draft
 tokens: k positions, drafts <= draft tokens <= drafts x k, accepted <= draft tokens, each
 position at most the drafts, positions never rising, summing to the accepted tokens. Draft
@@ -642,24 +645,39 @@ def _request_checks(check: _Check, rows: Sequence[OracleRow], limits: Limits) ->
     check.equal(HTTP_REQUESTS, count, "every one answered", handler=endpoint, status="2xx")
     for family in PER_REQUEST_HISTOGRAMS:
         check.equal(f"{family}_count", count, "one per row")
-    prompt = sum(row.prompt_tokens for row in rows)
-    completion = sum(row.completion_tokens for row in rows)
-    sums = {
-        "vllm:request_prompt_tokens": (prompt, "the rows' prompt_tokens"),
-        "vllm:request_generation_tokens": (completion, "the rows' completion_tokens"),
+    observed = {
+        "vllm:request_prompt_tokens": ([r.prompt_tokens for r in rows], "the rows' prompt_tokens"),
+        "vllm:request_generation_tokens": (
+            [r.completion_tokens for r in rows],
+            "the rows' completion_tokens",
+        ),
         "vllm:request_max_num_generation_tokens": (
-            completion,
+            [r.completion_tokens for r in rows],
             "the rows' completion_tokens, one sequence each",
         ),
-        "vllm:request_params_n": (count, "n = 1 for each row"),
+        "vllm:request_params_n": ([1 for _ in rows], "n = 1 for each row"),
         "vllm:request_params_max_tokens": (
-            sum(limits.limit(row)[0] for row in rows),
+            [limits.limit(row)[0] for row in rows],
             "each row's max_tokens as vLLM clamps it",
         ),
     }
-    for family, (total, why) in sums.items():
+    for family, (values, why) in observed.items():
         check.equal(f"{family}_count", count, "one per row")
-        check.equal(f"{family}_sum", total, why)
+        check.equal(f"{family}_sum", sum(values), why)
+        _bucket_checks(check, family, values, why)
+
+
+def _bucket_checks(check: _Check, family: str, values: Sequence[int], why: str) -> None:
+    """A histogram each row observed once with a value the rows give: each bucket rose by the
+    rows whose value is at most its bound."""
+    bucket = f"{family}_bucket"
+    for bound in check.reads.label_values(bucket, "le"):
+        try:
+            limit = float(bound)
+        except ValueError:
+            continue  # refused by the read's own check
+        within = sum(1 for value in values if value <= limit)
+        check.equal(bucket, within, f"the rows at most {bound}: {why}", le=bound)
 
 
 def _finish_reason_checks(check: _Check, rows: Sequence[OracleRow], limits: Limits) -> None:

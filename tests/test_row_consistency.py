@@ -479,6 +479,8 @@ def test_a_suite_whose_max_tokens_was_raised_contradicts_the_rows_and_the_metric
     assert tiny_metrics(served=served) == (
         f"{PAIR}: vllm:request_params_max_tokens_sum: expected a rise of 320 (each row's "
         "max_tokens as vLLM clamps it), found 160",
+        f'{PAIR}: vllm:request_params_max_tokens_bucket{{le="50.0"}}: expected a rise of 0 (the '
+        "rows at most 50.0: each row's max_tokens as vLLM clamps it), found 5",
     )
 
 
@@ -504,7 +506,7 @@ def test_a_row_the_server_never_counted_is_refused() -> None:
     rows = document(TINY)
     rows.append(rows[4] | {"prompt_id": "unicode"})
     problems = tiny_metrics(rows)
-    assert len(problems) == 29
+    assert len(problems) == 62  # every count, sum and bucket of every per-request histogram
     assert {
         f"{PAIR}: vllm:request_success_total: expected a rise of 6 (one per row), found 5",
         f'{PAIR}: vllm:request_success_total{{finished_reason="length"}}: expected a rise of 6 '
@@ -518,6 +520,15 @@ def test_a_row_the_server_never_counted_is_refused() -> None:
         f"{PAIR}: vllm:inter_token_latency_seconds_count: expected a rise of 186 (each row's "
         "tokens after its first: one decode step each), found 155",
     } <= set(problems)
+
+
+def test_a_histogram_of_prompt_tokens_other_than_the_rows_is_refused() -> None:
+    """Its count and sum kept, three prompts moved into its lowest bucket."""
+    found = tiny_metrics(after=sample("vllm:request_prompt_tokens_bucket", 3.0, le="1.0"))
+    assert (
+        f'{PAIR}: vllm:request_prompt_tokens_bucket{{le="1.0"}}: expected a rise of 0 (the rows '
+        "at most 1.0: the rows' prompt_tokens), found 3"
+    ) in found, found
 
 
 def test_successes_by_another_finish_reason_than_the_rows_are_refused() -> None:
