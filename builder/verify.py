@@ -13,7 +13,8 @@ from __future__ import annotations
 
 import functools
 import itertools
-from collections.abc import Callable, Mapping
+import re
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
@@ -522,6 +523,14 @@ def _fresh_start_checks(sealed: OpenedBundle, first: tuple[OracleRow, ...]) -> l
     starts = _start_evidence(sealed)
     repro_pid = None if sealed.manifest.clustered else sealed.run.repro_pid
     problems = start_problems(starts, repro_pid=repro_pid)
+    problems += _log_version_problems(starts, sealed.lock.python.packages)
+    if sealed.manifest.clustered and any(
+        sealed.run.repro_pid == p.pid for start in starts for p in start.processes
+    ):
+        problems.append(
+            f"run.json repro_pid {sealed.run.repro_pid}: expected the repro that ran the stack, "
+            "found a process of its audited tree"
+        )
     checks.append(
         ClaimCheck(
             "fresh starts (each one tree, torn down with proof; none a copy of another)",
@@ -532,6 +541,32 @@ def _fresh_start_checks(sealed: OpenedBundle, first: tuple[OracleRow, ...]) -> l
         )
     )
     return checks
+
+
+VLLM_DISTRIBUTION: Final = re.compile(r"vllm(-(cpu|cuda|rocm|xpu|tpu|hpu))?")
+"""The distributions that install vLLM itself (not its kernels) under the lock's names."""
+LOGGED_VERSION: Final = re.compile(
+    "Initializing a V1 LLM engine \\(v(\\S+?)\\)|\u2588  version (\\S+)".encode()
+)
+"""Where vLLM logs its version: the engine's first line, the API server's banner."""
+
+
+def _log_version_problems(
+    starts: Sequence[StartEvidence], packages: Mapping[str, str]
+) -> list[str]:
+    """Every vLLM version a start's log states is the one the lock pins."""
+    pinned = [v for name, v in packages.items() if VLLM_DISTRIBUTION.fullmatch(name)]
+    if len(pinned) != 1:
+        return []  # vLLM served from a source tree, or not pinned by one distribution
+    problems = []
+    for start in starts:
+        logged = {(a or b).decode(errors="replace") for a, b in LOGGED_VERSION.findall(start.log)}
+        problems += [
+            f"{start.where}/server.log: vLLM version {version}: expected {pinned[0]}, the version "
+            "the lock pins"
+            for version in sorted(logged - {pinned[0]})
+        ]
+    return problems
 
 
 def _consistency_checks(sealed: OpenedBundle) -> list[ClaimCheck]:

@@ -431,6 +431,18 @@ START_LIES: dict[str, tuple[Edit, str, str]] = {
         "every start's rows",
         "finish_reason",
     ),
+    "a log of another vLLM than the lock pins": (
+        lambda root: (
+            (root / "evidence/start-2/server.log").write_bytes(
+                (root / "evidence/start-2/server.log")
+                .read_bytes()
+                .replace(b"(v0.32.0)", b"(v0.31.0)")
+            )
+            and None
+        ),
+        "fresh starts",
+        "vLLM version 0.31.0: expected 0.32.0",
+    ),
     "a log naming a process the audit never saw": (
         _log(1, b"(EngineCore pid=31337) INFO starting\n"),
         "fresh starts",
@@ -555,6 +567,16 @@ NODE_LIES: dict[str, tuple[Edit, str, str]] = {
         ),
         "live audit of start-1 rank 1",
         "LD_PRELOAD=/tmp/libevil.so",
+    ),
+    "run.json naming the stack's own root as the repro that ran it": (
+        lambda root: _json(
+            "evidence/run.json",
+            lambda d: d.__setitem__(
+                "repro_pid", json.loads((root / "evidence/start-1/server.json").read_text())["pid"]
+            ),
+        )(root),
+        "fresh starts",
+        "found a process of its audited tree",
     ),
     "rank 1 torn down before rank 0 was ready": (
         _rank_torn_down_early,
