@@ -21,15 +21,16 @@ counter's `_created`, none created before it), the same label sets, no counter o
 sample going backwards, each read's histograms cumulative with the +Inf bucket their count, no
 request left running or waiting after the suite, and not all unchanged while the suite was
 answered; every vLLM sample labelled with the argv's served model name. Then what vLLM 0.32
-counts per request, measured equal on the committed bundles, an ngram run and a
-prefix-cache-hit run of the tiny model: `request_success` one per row (per `finished_reason`
-where the rows state it), `prompt_tokens` / `generation_tokens` and the per-request histograms'
-counts, sums and (where each row's value is known) buckets the rows', `request_params_max_tokens`
-each row's limit, the prompt tokens by source and cached, the prefix cache's queries (the rows'
-prompt tokens when `vllm:cache_config_info` says prefix caching is on, as the argv must ask,
-none when off) and hits (their cached tokens), one inter-token latency per decode step
-(exactly completion - 1 per row without speculation), and for speculative decoding with k draft
-tokens: k positions, drafts <= draft tokens <= drafts x k, accepted <= draft tokens, each
+counts per request, measured equal on the committed bundles, an ngram run and a prefix-cache-hit
+run of the tiny model: `request_success` one per row (per `finished_reason` where the rows state
+it), `prompt_tokens` / `generation_tokens` and the per-request histograms' counts, sums and
+(where each row's value is known) buckets the rows', `request_params_max_tokens` each row's
+limit, the prompt tokens by source and cached, the prefix cache's queries (the rows' prompt
+tokens when `vllm:cache_config_info` says prefix caching is on, as the argv must ask, none when
+off) and hits (their cached tokens), the server's time to first token and end-to-end latency
+inside the client's times (10 ms a request of clock slack), one inter-token latency per decode
+step (exactly completion - 1 per row without speculation), and for speculative decoding with k
+draft tokens: k positions, drafts <= draft tokens <= drafts x k, accepted <= draft tokens, each
 position at most the drafts, positions never rising, summing to the accepted tokens. Draft
 tokens equal to drafts x k is not an invariant: vLLM's ngram proposer drafts fewer tokens when
 its match lies near the end of the context (measured: 29 drafts of k = 3, 86 draft tokens). A
@@ -496,6 +497,7 @@ def metrics_problems(
     _prompt_checks(check, rows)
     _cache_checks(check, rows, limits)
     _label_checks(check, limits)
+    _timing_checks(check, rows)
     _decode_checks(check, rows, limits)
     return Findings(tuple(problems + check.problems), tuple(dict.fromkeys(check.not_applicable)))
 
@@ -764,6 +766,38 @@ def _cache_checks(check: _Check, rows: Sequence[OracleRow], limits: Limits) -> N
             total, why = expected[kind]
             check.fail(f"vllm:prefix_cache_{kind}_total", found, f"{total} ({why})")
     check.problems += _cached_beyond(check, rows, enabled)
+
+
+TIMING_SLACK_S: Final = 0.01
+"""Per request, how far the server's and the client's clocks of one interval may part."""
+
+
+def _timing_checks(check: _Check, rows: Sequence[OracleRow]) -> None:
+    """The server's per-request times inside the client's: its time to first token no longer
+    than the client waited for it (the request travelled first), its end-to-end latency no
+    longer than the client's last token and no shorter than the client's first to last."""
+    slack = TIMING_SLACK_S * len(rows)
+    waited = sum(row.ttft_s for row in rows)
+    last = sum(max(row.token_offsets_s, default=row.ttft_s) for row in rows)
+    streamed = sum(
+        max(row.token_offsets_s, default=0.0) - min(row.token_offsets_s, default=0.0)
+        for row in rows
+    )
+    bounds = {
+        "vllm:time_to_first_token_seconds_sum": (None, waited, "the rows' ttft_s"),
+        "vllm:e2e_request_latency_seconds_sum": (
+            streamed,
+            last,
+            "the rows' first to last token, and their last token's offset",
+        ),
+    }
+    for name, (low, high, why) in bounds.items():
+        found = check.reads.rise(name)
+        if found is None:
+            continue
+        if found > high + slack or (low is not None and found < low - slack):
+            span = f"at most {high:.3f}" if low is None else f"between {low:.3f} and {high:.3f}"
+            check.fail(name, found, f"{span} s ({why}; {slack:.2f} s of clock slack)")
 
 
 def _label_checks(check: _Check, limits: Limits) -> None:

@@ -531,6 +531,18 @@ def test_a_histogram_of_prompt_tokens_other_than_the_rows_is_refused() -> None:
     ) in found, found
 
 
+@pytest.mark.parametrize(
+    ("name", "value"),
+    [
+        ("vllm:time_to_first_token_seconds_sum", 1000.0),  # longer than the client waited
+        ("vllm:e2e_request_latency_seconds_sum", 1e-6),  # shorter than the tokens streamed
+    ],
+)
+def test_server_times_outside_the_clients_are_refused(name: str, value: float) -> None:
+    found = tiny_metrics(after=sample(name, value))
+    assert any(p.startswith(f"{PAIR}: {name}: expected a rise of ") for p in found), found
+
+
 def test_successes_by_another_finish_reason_than_the_rows_are_refused() -> None:
     after = text(TINY, AFTER)
     moved = sample("vllm:request_success_total", 1.0, finished_reason="stop")(
