@@ -40,6 +40,7 @@ from repro_serving.builder.lock import (
 )
 from repro_serving.builder.manifest import Evidence, Manifest, Suite
 from repro_serving.builder.native.kernels import KERNELS_DIR, kernel_set_files, runtime_markers
+from repro_serving.builder.observe.vllmargv import logged_argument_problems
 from repro_serving.builder.readers import EVIDENCE_LIMIT, read_bytes
 from repro_serving.builder.sealing import bundle
 from repro_serving.builder.sealing.keys import SigningKey
@@ -677,9 +678,12 @@ def statements(
             ),
         ),
         Statement(
-            "server.log: no crash while serving, every suite request logged",
+            "server.log: no crash while serving, the argv it logs, every suite request logged",
             log.summary,
-            () if log.passed else (f"run/{SERVER_LOG}: {log.summary}",),
+            (
+                *(() if log.passed else (f"run/{SERVER_LOG}: {log.summary}",)),
+                *logged_argument_problems(record.server_log, argv, f"run/{SERVER_LOG}"),
+            ),
         ),
         Statement(
             "idle snapshots around the run passed, in order",

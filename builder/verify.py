@@ -48,6 +48,7 @@ from repro_serving.builder.observations import (
 )
 from repro_serving.builder.observations import drifts as observation_drifts
 from repro_serving.builder.observe.dispatch import DISPATCH_FILE, Probes
+from repro_serving.builder.observe.vllmargv import logged_argument_problems
 from repro_serving.builder.readers import LOCK_LIMIT, MANIFEST_LIMIT
 from repro_serving.builder.sealing import bundle
 from repro_serving.builder.sealing.bundle import KERNEL_SETS_DIR, SUITE_FILE, TEACHER_FILE
@@ -524,6 +525,14 @@ def _fresh_start_checks(sealed: OpenedBundle, first: tuple[OracleRow, ...]) -> l
     repro_pid = None if sealed.manifest.clustered else sealed.run.repro_pid
     problems = start_problems(starts, repro_pid=repro_pid)
     problems += _log_version_problems(starts, sealed.lock.python.packages)
+    problems += [
+        problem
+        for start in starts
+        if start.rank == 0
+        for problem in logged_argument_problems(
+            start.log.decode(errors="replace"), sealed.run.argv, f"{start.where}/server.log"
+        )
+    ]
     if sealed.manifest.clustered and any(
         sealed.run.repro_pid == p.pid for start in starts for p in start.processes
     ):

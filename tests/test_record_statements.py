@@ -43,7 +43,7 @@ EXACTNESS = "exactness-vs-q1.json = the rows and the teacher"
 ENVIRONMENT = "service-environment.txt = [launch.env], no loader override"
 FREEZE = "pip freeze = the pinned packages and the runtime lock"
 TEACHER = "the teacher's bench = the sha256 every file names, the teacher files"
-LOG = "server.log: no crash while serving, every suite request logged"
+LOG = "server.log: no crash while serving, the argv it logs, every suite request logged"
 
 
 def _laid_out(
@@ -361,6 +361,10 @@ FORGERIES: dict[str, tuple[Edit, set[str]]] = {
             r"^(.*Prepared Laguna DFlash.*)$",
             r"\1\nTraceback (most recent call last):",
         ),
+        {LOG},
+    ),
+    "a log saying the stack served four sequences at once": (
+        _run("server.log", lambda t: t.replace("'max_num_seqs': 1,", "'max_num_seqs': 4,", 1)),
         {LOG},
     ),
     "the bench's median doubled": (

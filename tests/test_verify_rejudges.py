@@ -443,6 +443,18 @@ START_LIES: dict[str, tuple[Edit, str, str]] = {
         "fresh starts",
         "vLLM version 0.31.0: expected 0.32.0",
     ),
+    "a log saying the stack ran with another dtype": (
+        lambda root: (
+            (root / "evidence/start-1/server.log").write_bytes(
+                (root / "evidence/start-1/server.log")
+                .read_bytes()
+                .replace(b"'dtype': 'float32'", b"'dtype': 'bfloat16'")
+            )
+            and None
+        ),
+        "fresh starts",
+        "non-default args dtype='bfloat16': expected the argv's --dtype float32",
+    ),
     "a log naming a process the audit never saw": (
         _log(1, b"(EngineCore pid=31337) INFO starting\n"),
         "fresh starts",

@@ -14,6 +14,7 @@ alone, so that the two can never read it differently.
 
 from __future__ import annotations
 
+import ast
 import json
 import posixpath
 import re
@@ -266,3 +267,78 @@ def extension_module(relative: str) -> str | None:
     if not all(part.isidentifier() for part in packages):
         return None
     return ".".join([*packages, match.group("stem")])
+
+
+NON_DEFAULT_ARGS: Final = re.compile(r"non-default args: (\{.*\})\s*$", re.MULTILINE)
+"""vLLM's API server logs the arguments it was given that differ from its defaults, once, as a
+Python dict."""
+
+
+_ENUM_REPR: Final = re.compile(r"<([A-Za-z_][A-Za-z0-9_.]*): [^<>]*>")
+LOGGED_ARGS_LIMIT: Final = 1 << 16
+"""The longest `non-default args` line read: beyond any real argv."""
+
+
+def logged_argument_problems(log: str, argv: Sequence[str], where: str) -> list[str]:
+    """The arguments vLLM says it was started with (`non-default args` of its log) against the
+    argv that started it: each logged argument whose option the argv spells out holds the
+    argv's value (a switch its last spelling, `--x` or `--no-x`; a list every value after it).
+    Only options the argv spells are compared (a positional model, a default-changing alias
+    and a value with a placeholder are not); a log with no such line says nothing."""
+    found = NON_DEFAULT_ARGS.search(log)
+    if found is None:
+        return []
+    try:  # an enum's repr (`<CompilationMode.NONE: 0>`) read as its name
+        logged = ast.literal_eval(_ENUM_REPR.sub(r"'\1'", found[1][:LOGGED_ARGS_LIMIT]))
+    except (ValueError, SyntaxError, MemoryError, RecursionError):
+        return []  # not a dict as this vLLM writes it: nothing to compare
+    if not isinstance(logged, dict):
+        return []
+    problems = []
+    for key, value in logged.items():
+        if not isinstance(key, str):
+            continue
+        option = "--" + key.replace("_", "-")
+        given = _given(argv, option)
+        if given is None or any("{" in part for part in given):
+            continue
+        said = _spelled(value)
+        if said is not None and said != given:
+            problems.append(
+                f"{where}: non-default args {key}={value!r}: expected the argv's {option} "
+                f"{' '.join(given) or '(a switch)'}"
+            )
+    return problems
+
+
+def _given(argv: Sequence[str], option: str) -> list[str] | None:
+    """What the argv gives `option`, as its last spelling: `[]` for a switch on, `["no"]` for
+    `--no-…`, else the values after it up to the next option; None when it is not spelled."""
+    negated = "--no-" + option.removeprefix("--")
+    found = None
+    for index, argument in enumerate(argv):
+        name = flag_name(argument)
+        if name == negated:
+            found = ["no"]
+        elif name == option:
+            if "=" in argument:
+                found = [argument.partition("=")[2]]
+                continue
+            values = []
+            for following in argv[index + 1 :]:
+                if following.startswith("--"):
+                    break
+                values.append(following)
+            found = values
+    return found
+
+
+def _spelled(value: object) -> list[str] | None:
+    """A logged value as the argv would spell it; None for one it cannot (a dict, a None)."""
+    if isinstance(value, bool):
+        return [] if value else ["no"]
+    if isinstance(value, (int, float, str)):
+        return [str(value)]
+    if isinstance(value, (list, tuple)) and all(isinstance(v, (int, float, str)) for v in value):
+        return [str(v) for v in value]
+    return None
