@@ -15,13 +15,9 @@ import pytest
 
 from repro_serving.builder.errors import NotObservable
 from repro_serving.builder.hashing import sha256_file
-from repro_serving.builder.native.processes import (
-    HashMemo,
-    classify_role,
-    read_mapped_file,
-    snapshot_tree,
-)
+from repro_serving.builder.native.processes import HashMemo, read_mapped_file, snapshot_tree
 from repro_serving.builder.native.procmaps import FileId, Mapping
+from repro_serving.builder.native.roles import classify_role
 
 # A child that maps a copy of a shared library, reports ready, and sleeps until killed.
 MAPPER = """

@@ -243,6 +243,10 @@ AUDIT_LIES["one path mapped with two digests"] = (
     _mapped_twice_counted,
     "one file mapped at a path",
 )
+AUDIT_LIES["an engine core named as a worker"] = (
+    _edit_role("engine_core", lambda d: d["processes"][0].__setitem__("name", "VLLM::Worker")),
+    "a name of role engine_core",
+)
 AUDIT_LIES["a preload no LD_PRELOAD names"] = (_preload_unnamed, "preload named by LD_PRELOAD")
 AUDIT_LIES["an interpreter of another release in the base's bin"] = (
     _worker(_other_release),

@@ -11,7 +11,7 @@ from __future__ import annotations
 import dataclasses
 import re
 import stat
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -20,6 +20,7 @@ import psutil
 from repro_serving.builder.errors import NotObservable
 from repro_serving.builder.hashing import file_size, over_cores, sha256_stream
 from repro_serving.builder.native.procmaps import FileId, Mapping, file_mappings, parse_maps
+from repro_serving.builder.native.roles import classify_role
 
 ELF_MAGIC = b"\x7fELF"
 
@@ -30,24 +31,6 @@ LOADER_ENV = re.compile(
     r"^(LD_[A-Z_]+|PYTHON[A-Z_]*|GLIBC_TUNABLES|VLLM_[A-Z0-9_]+|ATEN_[A-Z_]+|ONEDNN_[A-Z_]+"
     r"|DNNL_[A-Z_]+|MKL_[A-Z_]+)$"
 )
-
-ROLE_PATTERNS: tuple[tuple[str, re.Pattern[str]], ...] = (
-    ("resource_tracker", re.compile(r"multiprocessing\.resource_tracker")),
-    ("engine_core", re.compile(r"EngineCore")),
-    ("worker", re.compile(r"Worker")),
-    # a rank above 0 of a stack served across hosts: `vllm serve --headless` serves no API
-    ("headless", re.compile(r"(^| )--headless( |$)")),
-    ("api_server", re.compile(r"entrypoints\.openai\.api_server|entrypoints\.cli|APIServer")),
-)
-
-
-def classify_role(name: str, cmdline: Iterable[str]) -> str:
-    """The role of a process of a serving stack, from its name and command line."""
-    text = " ".join([name, *cmdline])
-    for role, pattern in ROLE_PATTERNS:
-        if pattern.search(text):
-            return role
-    return "other"
 
 
 def parse_environ(block: bytes) -> dict[str, str]:

@@ -28,6 +28,7 @@ from repro_serving.builder.manifest import Manifest, expand
 from repro_serving.builder.native.auditreport import AuditDocument, ProcessEvidence
 from repro_serving.builder.native.dispatch import HostCapabilities
 from repro_serving.builder.native.kernels import KernelSet, dispatches
+from repro_serving.builder.native.roles import classify_role
 from repro_serving.builder.native.rules import (
     KNOWN_RULES,
     AuditPolicy,
@@ -203,6 +204,11 @@ def _process_drifts(
         ]
     drifts = env_drifts(process.pid, process.role, process.environ, policy)
     drifts += root_drifts(process.pid, process.role, process.objects, policy)
+    named = classify_role(process.name, ())
+    if named not in ("other", process.role):
+        drifts.append(
+            _claim(at, "name", f"a name of role {process.role}", f"{process.name} ({named})")
+        )
     executables = [o.path for o in process.objects if o.rule == "executable"]
     if executables != [process.exe]:
         drifts.append(_claim(at, "objects[rule=executable]", f"exactly {process.exe}", executables))
