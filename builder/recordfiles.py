@@ -10,9 +10,17 @@ does not know is refused, so nothing sealed is read by nothing.
 
 - `status.txt`: exactly `status=PASS`.
 - `pre-idle.json`, `post-idle.json`, `failure-post-idle.json` (when present) and the idle
-  interval's snapshots: status `passed`, observed before the suite (pre) and after it (post);
-  `idle-interval/summary.txt`: one line per phase whose snapshot count is the number of its
-  snapshot files and whose elapsed seconds cover the interval identity.txt says was verified.
+  interval's snapshots: status `passed`, each as its raw capture gives it (bytes and sha256,
+  the sanitized rows the raw ones, only the observer on each card, one row per card of the
+  runtime lock's count, the xpu-smi it names), observed before the suite (pre) and after it
+  (post); `idle-interval/summary.txt`: one line per phase whose snapshot count is the number of
+  its snapshot files and whose elapsed seconds are their span and cover the interval
+  identity.txt says was verified.
+- `bench.json` beside its rows: each prompt's sha256 the suite's, its output sha256 and stream
+  count its row's, its rate and the summary median recomputed, its request ending after its
+  first token, its own validity and final gate passed, its run identity the suite's and the
+  launch's. The teacher's raw bench (`[evidence] teacher_bench`): the sha256 every file names,
+  the teacher files' rows, its median recomputed.
 - `identity.txt` (`key=value` lines, then `<sha256>  <path>` lines): each key once, its schema
   this one; the commits, model paths, native digests and runtime files those of the producer's
   runtime lock and of the manifest; `model_manifest_sha256` the sha256 of the sealed
@@ -28,7 +36,8 @@ does not know is refused, so nothing sealed is read by nothing.
   others only those private to the producer's run (caches and homes under its run directory,
   PATH, PWD, SHLVL), and no loader variable (`builder.native.rules.env_drifts`).
 - the observed pip freeze: each distribution once, every pinned package at its pin, and the
-  producer's runtime lock naming the same versions and the manifest's source commits.
+  producer's runtime lock naming the same versions and the manifest's source commits, its
+  interpreter the release of its venv's files, its native files named as files, not paths.
 
 What these cannot see: a statement no other sealed file restates (the keys counted as stated
 only), and a record rewritten coherently in every file by whoever holds the key.
