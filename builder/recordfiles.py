@@ -221,6 +221,8 @@ class _Snapshot(BaseModel):
 OBSERVER_PID: Final = "<observer-child-pid>"
 """How the sanitized rows name the pid of the observer itself."""
 ROWS_KEY: Final = "device_util_by_proc_list"
+NAME_MODE: Final = "basename_non_authoritative"
+"""How the sanitized rows mark every process name: `xpu-smi` gives a basename, not a path."""
 
 
 def _snapshot_problems(name: str, snapshot: _Snapshot, observer_sha256: str | None) -> list[str]:
@@ -275,10 +277,11 @@ def _snapshot_problems(name: str, snapshot: _Snapshot, observer_sha256: str | No
     again = (
         [
             {
-                **{k: v for k, v in row.items() if k != "process_id"},
+                **row,
                 "process_id": OBSERVER_PID
                 if row.get("process_id") == own
                 else row.get("process_id"),
+                "process_name_mode": NAME_MODE,
             }
             for row in captured
             if isinstance(row, dict)
@@ -286,11 +289,10 @@ def _snapshot_problems(name: str, snapshot: _Snapshot, observer_sha256: str | No
         if isinstance(captured, list)
         else None
     )
-    shown = [{k: v for k, v in r.items() if k != "process_name_mode"} for r in rows]
-    if again != shown:
+    if again != rows:
         problems.append(
             f"{at}: idle.sanitized_payload expected the raw capture's rows with the observer's "
-            f"pid {own} sanitized, found other rows"
+            f"pid {own} sanitized and each process name marked {NAME_MODE!r}, found other rows"
         )
     return problems
 

@@ -340,6 +340,15 @@ FORGERIES: dict[str, tuple[Edit, set[str]]] = {
         _json("post-idle.json", lambda d: d["raw_capture"].__setitem__("stdout_bytes", 1)),
         {IDLE},
     ),
+    "an idle row whose process name is not marked as a basename": (
+        _json(
+            "idle-interval/prestart-11.json",
+            lambda d: d["idle"]["sanitized_payload"]["device_util_by_proc_list"][3].pop(
+                "process_name_mode"
+            ),
+        ),
+        {IDLE},
+    ),
     "a verified idle interval that is no number": (
         _line(
             "identity.txt",
