@@ -33,6 +33,9 @@ BOOT_TIME_SLACK_S: Final = 1.05
 """How early a process's start time may read: the boot time is stated to the second."""
 CLOCK_SLACK_S: Final = 2.0
 """How far two readings of one interval, on the monotonic and the wall clock, may differ."""
+STREAMING_SLACK_S: Final = 0.1
+"""How far the suite's streaming, timed by the client, may outlast the interval between ready
+and teardown that repro read on the same host's wall clock: its granularity and a small step."""
 
 
 @dataclass(frozen=True)
@@ -231,7 +234,7 @@ def _server_problems(
         )
     # the suite is asked one prompt at a time, between ready and teardown
     streamed = sum(max(row.token_offsets_s, default=0.0) for row in start.rows)
-    if began is not None and streamed > began - ready + CLOCK_SLACK_S:
+    if began is not None and streamed > began - ready + STREAMING_SLACK_S:
         problems.append(
             f"{at}/rows.json: {streamed:.3f} s of streaming: expected at most the "
             f"{began - ready:.3f} s between ready_at and teardown's began_at, one prompt at a time"

@@ -105,15 +105,6 @@ def _drop_vllm_c(document: object) -> object:
     return document
 
 
-def _slower(rows: object) -> object:
-    """Every arrival twice as late (the TTFT is the first): a consistent run at half the rate."""
-    assert isinstance(rows, list)
-    for row in rows:
-        row["token_offsets_s"] = [t * 2 for t in row["token_offsets_s"]]
-        row["ttft_s"] = row["token_offsets_s"][0]
-    return rows
-
-
 def _failed_gate(verdicts: object) -> object:
     assert isinstance(verdicts, list)
     verdicts[0]["status"] = "fail"
@@ -161,11 +152,6 @@ EVIDENCE_EDITS = {
         "evidence/start-1/audit/worker.json", _drop_vllm_c,
         ["native.roles (live audit of every process)"],
     ),
-    "a slower run's offsets": (
-        "evidence/start-1/rows.json", _slower,
-        ["oracle/teacher.json conventional_tok_s", "oracle.throughput.conventional_median",
-         "gates (every verdict recomputed)", README],
-    ),
     "a failed gate": (
         "evidence/verdicts.json", _failed_gate, ["gates (every verdict recomputed)"],
     ),
@@ -212,6 +198,41 @@ def test_evidence_changed_and_resealed_fails_the_claim_it_backs(
     report = verify(copy, TRUSTED)
     assert report.findings == (), "the signature and every digest hold"
     assert failed_claims(report) == claims
+
+
+def _slower(root: Path) -> None:
+    """Every arrival of start 1 slowed until its streaming alone lasts twice the time the
+    server was up between ready and teardown: a slower run than the one that happened. That
+    time bounds the server's own end-to-end latencies (`/metrics`) and the start's streaming,
+    so both contradict it on any CPU, however fast it decoded."""
+    start = root / "evidence" / "start-1"
+    ready = json.loads((start / "server.json").read_text())["ready_at"]
+    began = json.loads((start / "teardown.json").read_text())["began_at"]
+    rows = json.loads((start / "rows.json").read_text())
+    streamed = sum(max(row["token_offsets_s"]) - min(row["token_offsets_s"]) for row in rows)
+    factor = 2 * (began - ready) / streamed
+    for row in rows:
+        row["token_offsets_s"] = [t * factor for t in row["token_offsets_s"]]
+        row["ttft_s"] = row["token_offsets_s"][0]
+    (start / "rows.json").write_text(json.dumps(rows))
+
+
+def test_a_slower_run_than_the_one_that_happened_is_refused(
+    bundle_path: Path, tmp_path: Path
+) -> None:
+    report = verify(reseal(bundle_path, tmp_path, _slower), TRUSTED)
+    assert report.findings == (), "the signature and every digest hold"
+    assert failed_claims(report) == [
+        "oracle/teacher.json conventional_tok_s",
+        "oracle.throughput.conventional_median",
+        "fresh starts (each one tree, torn down with proof; none a copy of another)",
+        ROWS_1,
+        "gates (every verdict recomputed)",
+        README,
+    ]
+    details = " ".join(c.detail for c in report.checks if not c.ok)
+    assert "vllm:e2e_request_latency_seconds_sum" in details
+    assert "between ready_at and teardown's began_at" in details
 
 
 LOCKED = "lock = the sealed manifest, observations and run"

@@ -292,12 +292,23 @@ def _build_refused(
 def test_a_record_whose_files_are_not_its_own_checksums_is_refused_at_build(
     tmp_path: Path,
 ) -> None:
-    """Double throughput in bench.json passes every gate; the record's own checksum list of
-    its run directory names other bytes for bench.json, so the build refuses."""
+    """Double throughput in bench.json: the record's own checksum list of its run directory
+    names other bytes for bench.json, each row's stated rate and the summary's median are no
+    longer what its offsets give, and the server's end-to-end latency in its own /metrics is
+    shorter than the client's halved streaming. The build refuses, naming each, checksums first."""
     refused = _build_refused(tmp_path, _faster)
-    assert [(d.kind.value, d.subject) for d in refused.value.drifts] == [
-        ("checksums", "record-run.sha256:1 record-run/bench.json")
-    ]
+    first, *rest = refused.value.drifts
+    assert (first.kind.value, first.subject) == (
+        "checksums",
+        "record-run.sha256:1 record-run/bench.json",
+    )
+    assert {(d.kind.value, d.subject) for d in rest} == {("claim", ROWS)}
+    found = [d.observed for d in rest]
+    assert sum("tok_s_1_100_after_ttft expected" in f for f in found) == 13, "one per row"
+    assert sum("summary median expected" in f for f in found) == 1
+    assert sum("vllm:e2e_request_latency_seconds_sum: expected a rise of between" in f
+               for f in found) == 1  # fmt: skip
+    assert len(found) == 15
     assert not (tmp_path / "laguna-102tps").exists()
 
 
