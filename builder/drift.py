@@ -58,3 +58,19 @@ class Drift(BaseModel):
     expected: str
     observed: str
     why: str
+
+
+class Difference(BaseModel):
+    """What differs from the record where the manifest allows it to: never a drift, never
+    silent. A replay states each one in its verdict and seals it with its run."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    subject: str
+    """The fact, as the lock names it (`python.interpreter`)."""
+    sealed: str
+    here: str
+    accepted_by: str
+    """The manifest's words that allow it (`[python] interpreter = "3.11"`)."""
+    consequence: str
+    """What is judged otherwise because of it."""

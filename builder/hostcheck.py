@@ -11,9 +11,10 @@ from __future__ import annotations
 
 import tempfile
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
-from repro_serving.builder.drift import Drift, DriftKind
+from repro_serving.builder.drift import Difference, Drift, DriftKind
 from repro_serving.builder.errors import ReproError
 from repro_serving.builder.hashing import file_size, over_cores, sha256_file
 from repro_serving.builder.lock import DispatchClaim, Lock, MappedObject
@@ -27,8 +28,10 @@ from repro_serving.builder.native.loaderhost import (
     host_config,
     read_cache,
 )
+from repro_serving.builder.native.pyenv import is_interpreter_file
 from repro_serving.builder.observations import Observations, drifts, observe
 from repro_serving.builder.observe.host import observe_host
+from repro_serving.builder.observe.python import version_matches
 from repro_serving.builder.verify import OpenedBundle
 
 __all__ = ["capabilities", "dispatch_drifts", "host_drifts", "native_drifts", "observe"]
@@ -74,12 +77,24 @@ def claim_drifts(
     return found
 
 
-def host_drifts(sealed: OpenedBundle, observed: Observations) -> list[Drift]:
-    """This machine against the manifest, then against every file hash the lock pins."""
+@dataclass(frozen=True)
+class HostFindings:
+    """This host against a bundle: what does not hold, and what differs where allowed."""
+
+    drifts: tuple[Drift, ...]
+    differences: tuple[Difference, ...]
+
+
+def host_drifts(sealed: OpenedBundle, observed: Observations) -> HostFindings:
+    """This machine against the manifest, then against every file hash the lock pins. An
+    interpreter of another release than the sealed one, which the manifest's pin admits, is a
+    difference: its own files (`is_interpreter_file`) and the libraries the loader maps only for
+    them are then not compared with the lock's, and the difference says so."""
     # Model files: the manifest's pins are the lock's (recomputed offline), so the manifest's
     # comparison above already names every file that differs here.
     found = drifts(sealed.manifest, observed)
     lock = sealed.lock
+    difference = None
     if observed.python is not None:
         here = {d.name: d.version for d in observed.python.distributions}
         found.extend(
@@ -87,18 +102,62 @@ def host_drifts(sealed: OpenedBundle, observed: Observations) -> list[Drift]:
             for name, version in sorted(lock.python.packages.items())
             if here.get(name) != version
         )
-    found.extend(native_drifts(lock, observed.values))
-    return found
+        difference = interpreter_difference(sealed, observed.python.version)
+    series = ".".join(lock.python.interpreter.split(".")[:2]) if difference else None
+    found.extend(native_drifts(lock, observed.values, other_interpreter=series))
+    if difference is not None:
+        skipped = sum(
+            1 for path in _locked(lock) if series is not None and is_interpreter_file(path, series)
+        )
+        difference = difference.model_copy(
+            update={"consequence": difference.consequence.format(files=skipped)}
+        )
+    return HostFindings(tuple(found), (difference,) if difference else ())
 
 
-def native_drifts(lock: Lock, values: Mapping[str, str]) -> list[Drift]:
-    """Every locked mapping must be the same bytes at its place on this host, and no library
-    may shadow it: each is resolved again by its name through this environment's search."""
-    locked: dict[str, tuple[str, str]] = {}  # placeholder path -> (role, sha256), first role
+def interpreter_difference(sealed: OpenedBundle, version: str) -> Difference | None:
+    """The serving venv's interpreter against the sealed release: another release that the
+    manifest's `[python] interpreter` admits is a difference (one it does not admit is the
+    manifest's drift)."""
+    sealed_release, pin = sealed.lock.python.interpreter, sealed.manifest.python.interpreter
+    if version == sealed_release or not version_matches(pin, version):
+        return None
+    return Difference(
+        subject="python.interpreter",
+        sealed=f"Python {sealed_release}",
+        here=f"Python {version}",
+        accepted_by=f'[python] interpreter = "{pin}"',
+        consequence=(
+            "the interpreter's own {files} locked files (its executable, shared library and "
+            "standard library modules) and the system libraries only they need are not "
+            "compared with the lock; every distribution of the venv still is"
+        ),
+    )
+
+
+def _locked(lock: Lock) -> dict[str, tuple[str, str]]:
+    """Placeholder path → (the first role that maps it, its sha256), for every hashed file."""
+    locked: dict[str, tuple[str, str]] = {}
     for role, objects in sorted(lock.native.roles.items()):
         for obj in objects:
             if obj.sha256 is not None:
                 locked.setdefault(obj.path, (role, obj.sha256))
+    return locked
+
+
+def native_drifts(
+    lock: Lock, values: Mapping[str, str], *, other_interpreter: str | None = None
+) -> list[Drift]:
+    """Every locked mapping must be the same bytes at its place on this host, and no library
+    may shadow it: each is resolved again by its name through this environment's search.
+    With `other_interpreter` (the sealed series, when the venv's interpreter is another release
+    of it), the interpreter's own files are not compared."""
+    series = other_interpreter
+    locked = {
+        path: found
+        for path, found in _locked(lock).items()
+        if series is None or not is_interpreter_file(path, series)
+    }
     paths = list(locked)
     digests = over_cores([expand(p, values) for p in paths], _digest, file_size)
     found = [
@@ -106,18 +165,18 @@ def native_drifts(lock: Lock, values: Mapping[str, str]) -> list[Drift]:
         for path, digest in zip(paths, digests, strict=True)
         if digest != locked[path][1]
     ]
-    found.extend(_shadowing(lock, values))
+    found.extend(_shadowing(lock, values, series))
     return found
 
 
-def _shadowing(lock: Lock, values: Mapping[str, str]) -> list[Drift]:
+def _shadowing(lock: Lock, values: Mapping[str, str], other_interpreter: str | None) -> list[Drift]:
     """Each role's dependencies resolved again by the loader emulation in the environment that
     role started with: a need that now lands on another file than the locked one is shadowed
     (a library dropped earlier on LD_LIBRARY_PATH, a RUNPATH directory, the cache)."""
     found: list[Drift] = []
     for role, objects in sorted(lock.native.roles.items()):
         env = {k: expand(v, values) for k, v in lock.native.environments.get(role, {}).items()}
-        found.extend(role_shadowing(role, objects, values, env))
+        found.extend(role_shadowing(role, objects, values, env, other_interpreter))
     return found
 
 
@@ -126,10 +185,14 @@ def role_shadowing(
     objects: tuple[MappedObject, ...],
     values: Mapping[str, str],
     env: Mapping[str, str],
+    other_interpreter: str | None = None,
 ) -> list[Drift]:
+    """`other_interpreter`: the sealed series, when another release of it runs here; what the
+    loader maps for the interpreter's own files (and for those, in turn) is then its own."""
     executable = next((o for o in objects if o.rule == "executable"), None)
     if executable is None:
         return []
+    series = other_interpreter
     config, cache = host_config(env), read_cache()
     # The server starts in a fresh, empty directory (`launch.spec`): resolve from one.
     fs = RememberingFileSystem(HostFileSystem(tempfile.mkdtemp(prefix="repro-cwd-")))
@@ -140,6 +203,12 @@ def role_shadowing(
     requesters = sorted(
         {o.requester for o in objects if o.rule == "dependency" and o.requester} - {executable.path}
     )
+    own: set[str] = set()
+    names: set[str] = set()
+    if series is not None:
+        requesters = [r for r in requesters if not is_interpreter_file(r, series)]
+        own = {fs.realpath(expand(executable.path, values))}
+        names = _names(objects, fs, values)
     for requester in requesters:
         closure = dlopen_closure(
             expand(requester, values), caller, startup.order, config=config, cache=cache, fs=fs
@@ -150,6 +219,9 @@ def role_shadowing(
         if resolution.path is None or not resolution.newly_loaded:
             continue
         real = fs.realpath(resolution.path)
+        if fs.realpath(resolution.requester) in own and resolution.need not in names:
+            own.add(real)  # mapped for the interpreter alone: a library the record never had
+            continue
         if real in locked:
             continue
         drifts.append(
@@ -162,6 +234,19 @@ def role_shadowing(
             )
         )
     return drifts
+
+
+def _names(
+    objects: tuple[MappedObject, ...], fs: FileSystem, values: Mapping[str, str]
+) -> set[str]:
+    """Every name a need can give of a locked library: its file name and its soname."""
+    names = set()
+    for obj in objects:
+        names.add(Path(obj.path).name)
+        info = fs.read_elf(expand(obj.path, values))
+        if info is not None and info.soname:
+            names.add(info.soname)
+    return names
 
 
 def _locked_for(

@@ -31,7 +31,7 @@ from repro_serving.builder.claims import (
     roles_claim,
 )
 from repro_serving.builder.documents import read_document, read_sealed
-from repro_serving.builder.drift import Drift, DriftKind
+from repro_serving.builder.drift import Difference, Drift, DriftKind
 from repro_serving.builder.errors import BadInput, ReproError
 from repro_serving.builder.freshstarts import StartEvidence, start_problems
 from repro_serving.builder.handoff.checks import handoff_checks
@@ -104,6 +104,8 @@ class VerifyReport:
     """This host as `--host` observed it."""
     stopped: str = ""
     """Why `--host` observed no more than it did (a host of another dispatch)."""
+    differences: tuple[Difference, ...] = ()
+    """What `--host` found other than sealed where the manifest allows it."""
 
     @property
     def ok(self) -> bool:
@@ -137,8 +139,10 @@ def verify(
         stopped = "this host selects other code than the record ran: nothing else observed"
         return VerifyReport(path, integrity.key_ids, checks, tuple(selected), stopped=stopped)
     observed = hostcheck.observe(sealed.manifest)
-    findings = tuple(hostcheck.host_drifts(sealed, observed))
-    return VerifyReport(path, integrity.key_ids, checks, findings, observed)
+    found = hostcheck.host_drifts(sealed, observed)
+    return VerifyReport(
+        path, integrity.key_ids, checks, found.drifts, observed, differences=found.differences
+    )
 
 
 class NotVerified(ReproError):

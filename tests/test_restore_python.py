@@ -168,15 +168,72 @@ def test_a_distribution_without_a_locked_wheel_is_refused_by_name(
     assert not (tmp_path / ".venv-serve").exists()
 
 
-def test_an_interpreter_of_another_release_is_refused_naming_what_was_found(
+def _pinned(pin: str) -> Python:
+    return PYTHON.model_copy(update={"interpreter": pin})
+
+
+def test_an_exact_pin_no_interpreter_here_has_is_refused_saying_how_to_get_one(
     index: Path, tmp_path: Path
 ) -> None:
-    claim = claim_for(index).model_copy(update={"interpreter": "3.11.0rc9"})
-    result = restore_python(claim, PYTHON, tmp_path / ".venv-serve")
+    claim = claim_for(index).model_copy(update={"interpreter": "3.11.99"})
+    result = restore_python(claim, _pinned("3.11.99"), tmp_path / ".venv-serve")
     assert result.action is Action.REFUSED
     (drift,) = result.drifts
     assert drift.kind is DriftKind.PYTHON_INTERPRETER
-    assert drift.expected == "Python 3.11.0rc9" and RELEASE in drift.observed
+    assert drift.expected == "Python 3.11.99" and f"Python {RELEASE}" in drift.observed
+    assert "pyenv install 3.11.99" in drift.why and "--python PATH" in drift.why
+    assert not (tmp_path / ".venv-serve").exists()
+
+
+def test_a_series_pin_admits_another_release_than_the_sealed_one_and_says_so(
+    index: Path, tmp_path: Path
+) -> None:
+    """Sealed with a release this machine lacks, the manifest admitting any of its series: the
+    venv is made with the release found here, and the step names both."""
+    claim = claim_for(index).model_copy(update={"interpreter": "3.11.99"})
+    series = ".".join(RELEASE.split(".")[:2])
+    venv = tmp_path / ".venv-serve"
+    result = restore_python(claim, _pinned(series), venv)
+    assert result.action is Action.RESTORED, result.drifts
+    assert result.detail.startswith(f"Python {RELEASE} (sealed with 3.11.99, which the manifest")
+    again = restore_python(claim, _pinned(series), venv)
+    assert again.action is Action.ALREADY and again.detail == result.detail
+
+
+DEBIAN_PYTHON = Path("/usr/bin/python3.11")
+"""The distribution's own interpreter beside the project's (`make test` installs it)."""
+
+
+def test_a_second_real_interpreter_named_with_python_makes_the_venv(
+    index: Path, tmp_path: Path
+) -> None:
+    debian = subprocess.run(
+        [DEBIAN_PYTHON, "-I", "-S", "-c", "import sys; print(sys.version.split()[0])"],
+        capture_output=True, text=True, check=True,
+    ).stdout.strip()  # fmt: skip
+    assert debian != RELEASE, "two interpreters of different releases"
+    venv = tmp_path / ".venv-serve"
+    result = restore_python(claim_for(index), _pinned("3.11"), venv, interpreter=DEBIAN_PYTHON)
+    assert result.action is Action.RESTORED, result.drifts
+    assert result.detail.startswith(f"Python {debian} (sealed with {RELEASE}")
+    reported = subprocess.run(
+        [venv / "bin" / "python", "-c", "import alpha, sys; print(sys.version.split()[0])"],
+        capture_output=True, text=True, check=True,
+    ).stdout.strip()  # fmt: skip
+    assert reported == debian
+
+
+def test_an_interpreter_the_pin_does_not_admit_is_refused_by_name(
+    index: Path, tmp_path: Path
+) -> None:
+    result = restore_python(
+        claim_for(index), _pinned(RELEASE), tmp_path / ".venv-serve", interpreter=DEBIAN_PYTHON
+    )
+    assert result.action is Action.REFUSED
+    (drift,) = result.drifts
+    assert drift.expected == f"Python {RELEASE}"
+    assert drift.observed.startswith(f"{DEBIAN_PYTHON}: Python 3.11.")
+    assert not (tmp_path / ".venv-serve").exists()
 
 
 def test_an_existing_venv_that_differs_is_refused_and_force_replaces_it(

@@ -6,7 +6,9 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Literal, Self
 
-from repro_serving.builder.drift import Drift
+from rich.table import Table
+
+from repro_serving.builder.drift import Difference, Drift
 from repro_serving.builder.errors import BadInput, NotObservable
 from repro_serving.builder.lock import EvidenceClass
 from repro_serving.builder.readers import describe_mode
@@ -70,6 +72,8 @@ class Verification(Output):
     """The id of each trusted key whose signature holds."""
     claims: tuple[ClaimOutput, ...]
     drifts: tuple[Drift, ...]
+    differences: tuple[Difference, ...] = ()
+    """What `--host` found other than sealed where the manifest allows it."""
     stopped: str | None
     """Why `--host` observed no more than it did (a host that selects other code), or null."""
 
@@ -86,6 +90,7 @@ class Verification(Output):
                 for c in report.checks
             ),
             drifts=report.findings,
+            differences=report.differences,
             stopped=report.stopped or None,
         )
 
@@ -112,8 +117,22 @@ def print_report(report: VerifyReport) -> None:
         )
     if report.findings:
         out.print(drift_table(report.findings))
+    if report.differences:
+        out.print(difference_table(report.differences))
     if report.stopped:
         out.print(report.stopped)
     signers = ", ".join(k[:16] for k in report.key_ids) or "nobody"
     verdict = "PASS" if report.ok else "FAIL"
-    out.print(f"{verdict}: {report.bundle} signed by {signers}")
+    differing = f", {len(report.differences)} difference(s) the manifest allows" * (
+        bool(report.differences)
+    )
+    out.print(f"{verdict}: {report.bundle} signed by {signers}{differing}")
+
+
+def difference_table(differences: tuple[Difference, ...]) -> Table:
+    """What differs from the record where the manifest allows it, one row each."""
+    return table(
+        "differences from the record that the manifest allows",
+        ("fact", "sealed", "here", "allowed by", "so"),
+        ((d.subject, d.sealed, d.here, d.accepted_by, d.consequence) for d in differences),
+    )

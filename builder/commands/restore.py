@@ -104,6 +104,13 @@ def configure_parser(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--force", action="store_true", help="replace what exists and differs (atomically)"
     )
+    parser.add_argument(
+        "--python",
+        type=Path,
+        metavar="PATH",
+        help="the interpreter to make the serving venv with (default: the sealed release where "
+        "it is found, else the newest release the manifest's [python] interpreter admits)",
+    )
     parser.add_argument("--json", action="store_true", help="machine-readable report")
 
 
@@ -116,6 +123,7 @@ def execute(args: argparse.Namespace) -> int:
             trusted(args),
             anchor=args.anchor,
             force=args.force,
+            interpreter=args.python,
             progress=lambda message: err.print(f"repro restore: {message}"),
         )
     except RestoreRefused as refused:

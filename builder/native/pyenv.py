@@ -51,6 +51,19 @@ PACKAGE_DIRS: Final = frozenset({"site-packages", "dist-packages"})
 _PYTHON_NAME: Final = re.compile(r"python[0-9.]*[a-z]?")
 
 
+def is_interpreter_file(path: str, series: str) -> bool:
+    """A file of the Python installation itself, in the placeholder form of a lock: its
+    executable (`{python_prefix}/bin/python…`), its shared library (`{python_prefix}/lib/
+    libpython…`), its standard library and the extension modules beside it (`{python_prefix}/
+    lib/python<series>/…`). Another release of the same series has other such files; the
+    distributions of a venv made with it are the same wheels."""
+    prefix = "{python_prefix}/"
+    if not path.startswith(prefix):
+        return False
+    inner = path[len(prefix) :]
+    return inner.startswith(("bin/python", "lib/libpython", f"lib/python{series}/"))
+
+
 class Files(Protocol):
     """The questions the search asks of the file system."""
 

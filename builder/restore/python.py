@@ -22,6 +22,7 @@ import shutil
 import subprocess
 import sys
 from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Final
 
@@ -39,6 +40,7 @@ from repro_serving.builder.observe.python import (
     normalize,
     observe_python,
     venv_values,
+    version_matches,
 )
 from repro_serving.builder.restore.step import Action, Progress, StepResult, no_progress
 from repro_serving.builder.sealing.atomic import move_into_place
@@ -59,14 +61,16 @@ def restore_python(
     venv: Path,
     *,
     force: bool = False,
+    interpreter: Path | None = None,
     progress: Progress = no_progress,
 ) -> StepResult:
-    """Make `venv` hold exactly what `claim` pins (`python` is the manifest's `[python]`)."""
+    """Make `venv` hold exactly what `claim` pins (`python` is the manifest's `[python]`), made
+    with `interpreter` when given (`base_interpreter` chooses one otherwise)."""
     subject = str(venv)
     if venv.exists() or venv.is_symlink():
-        found = _drifts_of(claim, python, venv)
+        found, version = _drifts_of(claim, python, venv)
         if not found:
-            return StepResult(KIND, subject, subject, Action.ALREADY, _summary(claim))
+            return StepResult(KIND, subject, subject, Action.ALREADY, _summary(claim, version))
         if not force:
             return StepResult(
                 KIND,
@@ -78,28 +82,34 @@ def restore_python(
                 tuple(found),
             )
     try:
-        base = base_interpreter(claim.interpreter)
+        base = base_interpreter(claim.interpreter, python.interpreter, interpreter)
         missing = _unrestorable(claim)
         if missing:
             raise _Refused(*missing)
-        _build(claim, python, venv, base, progress)
+        _build(claim, python, venv, base.path, progress)
     except _Refused as refused:
         return StepResult(KIND, subject, subject, Action.REFUSED, str(refused), refused.drifts)
-    return StepResult(KIND, subject, subject, Action.RESTORED, _summary(claim))
+    return StepResult(KIND, subject, subject, Action.RESTORED, _summary(claim, base.version))
 
 
-def _summary(claim: PythonClaim) -> str:
-    return f"Python {claim.interpreter}, {len(claim.packages)} distributions"
+def _summary(claim: PythonClaim, version: str | None) -> str:
+    """The interpreter and the distributions; a release other than the sealed one, said."""
+    release = f"Python {claim.interpreter}"
+    if version is not None and version != claim.interpreter:
+        release = f"Python {version} (sealed with {claim.interpreter}, which the manifest admits)"
+    return f"{release}, {len(claim.packages)} distributions"
 
 
-def _drifts_of(claim: PythonClaim, python: Python, venv: Path) -> list[Drift]:
-    """Every way the venv at `venv` differs from the lock; none when it holds exactly that."""
+def _drifts_of(claim: PythonClaim, python: Python, venv: Path) -> tuple[list[Drift], str | None]:
+    """Every way the venv at `venv` differs from the lock (none when it holds exactly that),
+    and the release of its interpreter when it could be observed."""
     try:
         facts = _observe(python, venv)
     except ReproError as error:
         found = error.found or error.what
-        return [_drift(DriftKind.NOT_OBSERVABLE, str(venv), "a serving venv", found, error.what)]
-    return _versus_lock(claim, python, facts, str(venv))
+        drift = _drift(DriftKind.NOT_OBSERVABLE, str(venv), "a serving venv", found, error.what)
+        return [drift], None
+    return _versus_lock(claim, python, facts, str(venv)), facts.version
 
 
 def _observe(python: Python, venv: Path) -> PythonFacts:
@@ -110,18 +120,11 @@ def _observe(python: Python, venv: Path) -> PythonFacts:
 
 
 def _versus_lock(claim: PythonClaim, python: Python, facts: PythonFacts, where: str) -> list[Drift]:
+    """The manifest's `[python]` (its interpreter pin among it), then every locked distribution
+    at its locked version. The interpreter may be another release than the sealed one where the
+    pin admits it: the launch names that difference."""
     found = compare(python.model_copy(update={"check_record": True}), facts)
     installed = {d.name: d.version for d in facts.distributions}
-    if facts.version != claim.interpreter:
-        found.append(
-            _drift(
-                DriftKind.PYTHON_INTERPRETER,
-                f"{where}: interpreter",
-                f"Python {claim.interpreter}",
-                f"Python {facts.version}",
-                "the environment's interpreter is not the locked release",
-            )
-        )
     for name in sorted(set(installed) | set(claim.packages)):
         if installed.get(name) != claim.packages.get(name):
             found.append(
@@ -153,37 +156,92 @@ def _unrestorable(claim: PythonClaim) -> list[Drift]:
 # --- the interpreter --------------------------------------------------------------------------
 
 
-def base_interpreter(release: str, search: Sequence[Path] | None = None) -> Path:
-    """An interpreter of exactly `release` (e.g. 3.11.7) on this machine: repro's own base, then
-    `python3.X` and `python3` on PATH. Refused, naming each candidate, when none is."""
+@dataclass(frozen=True)
+class Interpreter:
+    """The interpreter a venv is made with, and the release it reports."""
+
+    path: Path
+    version: str
+
+
+def base_interpreter(
+    release: str,
+    pin: str,
+    chosen: Path | None = None,
+    search: Sequence[Path] | None = None,
+) -> Interpreter:
+    """The interpreter the serving venv is made with. `chosen` (`--python`) when given, which
+    the manifest's `pin` must admit; else the locked `release` wherever it is found (repro's
+    own base, `python3.X` and `python3` on PATH, then pyenv's and uv's installations of that
+    release); else the newest release found that `pin` admits ('3.11': any 3.11.x). Refused,
+    naming every candidate and how to get an interpreter, when none holds."""
+    if chosen is not None:
+        version = _version(chosen)
+        if version is not None and version_matches(pin, version):
+            return Interpreter(chosen, version)
+        found = f"{chosen}: " + (f"Python {version}" if version else "does not run")
+        raise _Refused(_interpreter_drift(release, pin, found))
     major_minor = ".".join(release.split(".")[:2])
-    candidates = list(search) if search is not None else _candidates(major_minor)
-    seen: list[str] = []
+    candidates = list(search) if search is not None else _candidates(major_minor, release)
+    seen: dict[Path, str] = {}
     for candidate in candidates:
-        try:
-            version, _build = interpreter_version(candidate)
-        except ReproError:
+        version = _version(candidate)
+        if version is None or candidate in seen:
             continue
         if version == release:
-            return candidate
-        seen.append(f"{candidate}: {version}")
-    raise _Refused(
-        _drift(
-            DriftKind.PYTHON_INTERPRETER,
-            "interpreter",
-            f"Python {release}",
-            "; ".join(seen) or "no python3 on PATH",
-            "a venv is made by an interpreter of the locked release, which restore cannot install",
+            return Interpreter(candidate, version)
+        seen[candidate] = version
+    admitted = [(p, v) for p, v in seen.items() if version_matches(pin, v)]
+    if admitted:
+        path, version = max(admitted, key=lambda pv: _release_key(pv[1]))
+        return Interpreter(path, version)
+    found = "; ".join(f"{p}: Python {v}" for p, v in seen.items()) or "no python3 found"
+    raise _Refused(_interpreter_drift(release, pin, found))
+
+
+def _version(python: Path) -> str | None:
+    try:
+        return interpreter_version(python)[0]
+    except ReproError:
+        return None
+
+
+def _release_key(version: str) -> tuple[int, ...]:
+    return tuple(int(part) if part.isdigit() else -1 for part in version.split("."))
+
+
+def _interpreter_drift(release: str, pin: str, found: str) -> Drift:
+    exact = len(pin.split(".")) > 2
+    if exact:
+        why = (
+            f"the manifest pins Python {pin} exactly ([python] interpreter = \"{pin}\"), which "
+            f"restore cannot install: install it (for instance `pyenv install {pin}` or "
+            f"`uv python install {pin}`) and name it with --python PATH"
         )
-    )
+    else:
+        why = (
+            f"the manifest admits any Python {pin} ([python] interpreter = \"{pin}\"; the "
+            f"bundle was sealed with {release}), which restore cannot install: install one "
+            f"(Debian and Ubuntu: `apt install python{pin} python{pin}-venv`; or "
+            f"`pyenv install {release}`) or name one with --python PATH"
+        )
+    return _drift(DriftKind.PYTHON_INTERPRETER, "interpreter", f"Python {pin}", found, why)
 
 
-def _candidates(major_minor: str) -> Iterator[Path]:
-    yield Path(sys.base_prefix) / "bin" / f"python{major_minor}"
+def _candidates(major_minor: str, release: str) -> Iterator[Path]:
+    """Where an interpreter is looked for, each by its real path, in order of preference."""
+    home = Path(os.environ.get("HOME", "/nonexistent"))
+    places = [Path(sys.base_prefix) / "bin" / f"python{major_minor}"]
     for directory in os.environ.get("PATH", "").split(os.pathsep):
-        for name in (f"python{major_minor}", "python3"):
-            if directory and (Path(directory) / name).is_file():
-                yield Path(directory) / name
+        if directory:
+            places += [Path(directory) / f"python{major_minor}", Path(directory) / "python3"]
+    places.append(home / ".pyenv" / "versions" / release / "bin" / f"python{major_minor}")
+    places += sorted(
+        (home / ".local" / "share" / "uv" / "python").glob(f"cpython-{release}-*/bin/python3")
+    )
+    for place in places:
+        if place.is_file():
+            yield place.resolve()
 
 
 # --- building the venv beside its final path ----------------------------------------------------

@@ -48,6 +48,7 @@ def restore(
     *,
     anchor: Path | None = None,
     force: bool = False,
+    interpreter: Path | None = None,
     progress: Progress = no_progress,
 ) -> RestoreReport:
     progress(f"verifying {path} offline")
@@ -63,6 +64,7 @@ def restore(
             manifest.python,
             _normal(manifest.resolve(manifest.python.venv)),
             force=force,
+            interpreter=interpreter,
             progress=progress,
         )
     ]
