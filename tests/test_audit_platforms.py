@@ -8,6 +8,7 @@ repro audits it with and without the cuda platform set.
 from __future__ import annotations
 
 import dataclasses
+import os
 import shutil
 import subprocess
 import sys
@@ -39,7 +40,10 @@ def jit_process(tmp_path: Path) -> Iterator[tuple[int, Path]]:
     launcher = cache / "__triton_launcher.so"
     shutil.copyfile(Path("/usr/lib/x86_64-linux-gnu/libz.so.1").resolve(), launcher)
     child = subprocess.Popen(
-        [sys.executable, "-c", LOADER, str(launcher)], stdout=subprocess.PIPE, text=True
+        [sys.executable, "-c", LOADER, str(launcher)],
+        stdout=subprocess.PIPE,
+        text=True,
+        env={**os.environ, "HOME": str(tmp_path / "home")},  # the cache is under its HOME
     )
     assert child.stdout is not None and child.stdout.readline().strip() == "ready"
     yield child.pid, launcher

@@ -28,10 +28,14 @@ def audit() -> dict[str, Any]:
     return document
 
 
+ROOT_ENVIRON = {"HOME": "/root"}
+"""The capture ran as root with HOME unset in its saved environment; its caches are root's."""
+
+
 def categories(audit: dict[str, Any], kernel_set: str) -> dict[str, Category]:
     platform = KernelSet.load(kernel_set).platform
     return {
-        o["path"]: classify(o["path"], o["rule"], platform)[0]
+        o["path"]: classify(o["path"], o["rule"], platform, ROOT_ENVIRON)[0]
         for process in audit["processes"]
         for o in process["objects"]
     }
@@ -114,3 +118,42 @@ def test_a_kernel_set_with_an_unknown_key_is_refused(tmp_path: Path) -> None:
         KernelSet.load("odd", tmp_path)
     assert caught.value.where == str(tmp_path / "odd.toml")
     assert (caught.value.found or "").startswith("platform.driver: Extra inputs are not permitted")
+
+
+# --- JIT directories: the mapping process's own ------------------------------------------------
+
+RUN = {"HOME": "/runs/r1/start-1/home", "TMPDIR": "/tmp/repro-run-ab12"}
+
+
+@pytest.mark.parametrize(
+    ("path", "environ", "jit"),
+    [
+        ("/tmp/repro-run-ab12/torchinductor_root/x7/c.so", RUN, True),
+        ("/runs/r1/start-1/home/.cache/torch/kernels/a/b.so", RUN, True),
+        # inductor's cache in a temporary directory the process does not have
+        ("/tmp/torchinductor_root/ab/evil.so", RUN, False),
+        # the same cache name under another directory than the process's HOME
+        ("/srv/evil/.cache/torch/kernels/evil.so", RUN, False),
+        ("/tmp/torchinductor_root/ab/c.so", {}, True),  # tempfile's default without TMPDIR
+        ("/root/.cache/torch/kernels/a.so", {}, False),  # no HOME, no home cache
+        ("/tmp/repro-run-ab12/x/torchinductor_root/c.so", RUN, False),
+    ],
+)
+def test_a_jit_artifact_is_one_under_the_mapping_process_own_directories(
+    path: str, environ: dict[str, str], jit: bool
+) -> None:
+    platform = KernelSet.load("cpu").platform
+    assert (classify(path, "dlopen", platform, environ)[0] is Category.JIT) is jit
+
+
+def test_a_jit_pattern_outside_home_and_tmpdir_or_with_another_placeholder_is_refused(
+    tmp_path: Path,
+) -> None:
+    for pattern in ("*/.cache/torch/kernels/*", "{venv}/cache/**", "{home}x/**"):
+        (tmp_path / "bad.toml").write_text(
+            'schema = "repro.kernels/v1"\nname = "bad"\ndescription = "bad jit"\n'
+            f'[platform]\njit = ["{pattern}"]\n'
+        )
+        with pytest.raises(BadInput) as refused:
+            KernelSet.load("bad", tmp_path)
+        assert "jit" in str(refused.value.diagnostics()), pattern

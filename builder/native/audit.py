@@ -245,7 +245,9 @@ def _audit_process(
     _explain_startup(explainer, startup)
     _explain_runtime(explainer, startup, elves, env_loader)
     audit = _process_audit(process, explainer)
-    explainer.drifts.extend(root_drifts(process.pid, process.role, audit.objects, policy))
+    explainer.drifts.extend(
+        root_drifts(process.pid, process.role, audit.objects, policy, process.environ)
+    )
     return audit, explainer.drifts
 
 

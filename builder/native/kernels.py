@@ -57,6 +57,26 @@ class _Frozen(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
 
+JIT_PLACEHOLDERS: Final = ("home", "tmpdir")
+"""What a JIT directory is relative to: the mapping process's own HOME, and the temporary
+directory Python's `tempfile` gives it (TMPDIR, TEMP or TMP, else /tmp)."""
+
+
+def _jit_pattern(pattern: str) -> str:
+    """A JIT pattern is an absolute path glob or starts with `{home}/` or `{tmpdir}/`."""
+    try:
+        names = placeholders_in(pattern)
+    except ValueError as error:
+        raise ValueError(f"jit {pattern!r}: malformed placeholder") from error
+    starts = pattern.startswith("/") or any(pattern.startswith(f"{{{n}}}/") for n in names)
+    if not starts or set(names) - set(JIT_PLACEHOLDERS) or len(names) > 1:
+        raise ValueError(
+            f"jit {pattern!r}: expected an absolute glob or one starting with {{home}}/ or "
+            "{tmpdir}/, and no other placeholder"
+        )
+    return pattern
+
+
 class Platform(_Frozen):
     driver_roots: tuple[str, ...] = ()
     """Directories the driver's user-space libraries are installed or mounted in."""
@@ -66,8 +86,10 @@ class Platform(_Frozen):
     """Path globs of the device nodes the driver maps."""
     dlopen: tuple[str, ...] = ()
     """File-name globs of libraries the runtime loads with dlopen."""
-    jit: tuple[str, ...] = ()
-    """Path globs of kernels compiled at run time."""
+    jit: tuple[Annotated[str, AfterValidator(_jit_pattern)], ...] = ()
+    """Path globs of kernels compiled at run time, relative to the mapping process's own
+    `{home}` or `{tmpdir}` (a process without HOME has no `{home}`): `*` matches within one
+    path segment, `**` any number of segments."""
 
 
 Sha256 = Annotated[str, StringConstraints(pattern=r"^[0-9a-f]{64}$")]
@@ -225,16 +247,19 @@ class Category(StrEnum):
     UNEXPECTED = "unexpected"
 
 
-def classify(path: str, rule: str, platform: Platform) -> tuple[Category, str]:
+def classify(
+    path: str, rule: str, platform: Platform, environ: Mapping[str, str] | None = None
+) -> tuple[Category, str]:
     """Where a mapped ELF stands at the accelerator boundary, and which entry says so.
 
     `rule` is the live audit's: how the loader came to map the file (executable, startup,
-    dependency, preload, dlopen). Run-time places are checked first: a JIT artifact or a
-    driver library is that even when some other object happens to need it by name.
+    dependency, preload, dlopen); `environ` the mapping process's environment, which places
+    its JIT directories. Run-time places are checked first: a JIT artifact or a driver library
+    is that even when some other object happens to need it by name.
     """
     name = posixpath.basename(path)
     for pattern in platform.jit:
-        if fnmatch.fnmatchcase(path, pattern):
+        if jit_matches(path, pattern, environ or {}):
             return Category.JIT, f"jit {pattern}"
     if posixpath.dirname(path) in _roots(platform.driver_roots):
         for pattern in platform.driver_libraries:
@@ -249,6 +274,37 @@ def classify(path: str, rule: str, platform: Platform) -> tuple[Category, str]:
         if _is_extension_module(path):
             return Category.DLOPEN, "python extension module"
     return Category.UNEXPECTED, f"{rule}: matches no entry of the platform set"
+
+
+def jit_directories(environ: Mapping[str, str]) -> dict[str, str]:
+    """`{home}` and `{tmpdir}` of a process with `environ`, as its runtime finds them: HOME
+    (none without it), and the directory Python's `tempfile.gettempdir` picks first."""
+    temporary = (environ[n] for n in ("TMPDIR", "TEMP", "TMP") if environ.get(n))
+    found = {"tmpdir": next(temporary, "/tmp")}
+    if environ.get("HOME"):
+        found["home"] = environ["HOME"]
+    return {name: posixpath.normpath(value) for name, value in found.items()}
+
+
+def jit_matches(path: str, pattern: str, environ: Mapping[str, str]) -> bool:
+    """`path` matches the JIT glob `pattern` for a process with `environ`: its placeholder
+    expanded, `*` within one segment, `**` across any number of segments."""
+    directories = jit_directories(environ)
+    names = placeholders_in(pattern)
+    if any(name not in directories for name in names):
+        return False
+    expanded = expand(pattern, directories) if names else pattern
+    return _glob(path.split("/"), expanded.split("/"))
+
+
+def _glob(parts: Sequence[str], pattern: Sequence[str]) -> bool:
+    if not pattern:
+        return not parts
+    if pattern[0] == "**":
+        return any(_glob(parts[skip:], pattern[1:]) for skip in range(len(parts) + 1))
+    return (
+        bool(parts) and fnmatch.fnmatchcase(parts[0], pattern[0]) and _glob(parts[1:], pattern[1:])
+    )
 
 
 def _is_extension_module(path: str) -> bool:

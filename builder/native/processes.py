@@ -24,12 +24,13 @@ from repro_serving.builder.native.roles import classify_role
 
 ELF_MAGIC = b"\x7fELF"
 
-# Environment variables that steer the dynamic loader, the interpreter's imports or a kernel
-# library's choice of code path (ATEN_CPU_CAPABILITY, ONEDNN_MAX_CPU_ISA, MKL_CBWR, ...); only
-# these are kept from a process's environment, so a snapshot never carries unrelated secrets.
+# Environment variables that steer the dynamic loader, the interpreter's imports, a kernel
+# library's choice of code path (ATEN_CPU_CAPABILITY, ONEDNN_MAX_CPU_ISA, MKL_CBWR, ...) or where
+# its runtime compiles kernels (HOME, the temporary directory); only these are kept from a
+# process's environment, so a snapshot never carries unrelated secrets.
 LOADER_ENV = re.compile(
     r"^(LD_[A-Z_]+|PYTHON[A-Z_]*|GLIBC_TUNABLES|VLLM_[A-Z0-9_]+|ATEN_[A-Z_]+|ONEDNN_[A-Z_]+"
-    r"|DNNL_[A-Z_]+|MKL_[A-Z_]+)$"
+    r"|DNNL_[A-Z_]+|MKL_[A-Z_]+|HOME|TMPDIR|TEMP|TMP)$"
 )
 
 

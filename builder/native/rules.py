@@ -155,9 +155,14 @@ def _declared_preload(value: str, declared: Sequence[str], realpath: Callable[[s
 
 
 def root_drifts(
-    pid: int, role: str, objects: Iterable[Explained], policy: AuditPolicy
+    pid: int,
+    role: str,
+    objects: Iterable[Explained],
+    policy: AuditPolicy,
+    environ: Mapping[str, str],
 ) -> list[Drift]:
-    """Each mapping of one process against the allowed roots and the declared preloads."""
+    """Each mapping of one process (whose environment is `environ`) against the allowed roots,
+    the platform sets' places and the declared preloads."""
     drifts = []
     roots = policy.allowed_roots
     for obj in objects:
@@ -173,7 +178,7 @@ def root_drifts(
                 )
             )
         elif not under_roots(obj.path, roots) and not _platform_allows(
-            obj.path, obj.rule, policy.platforms
+            obj.path, obj.rule, policy.platforms, environ
         ):
             drifts.append(
                 Drift(
@@ -187,9 +192,11 @@ def root_drifts(
     return drifts
 
 
-def _platform_allows(path: str, rule: str, platforms: Sequence[Platform]) -> bool:
+def _platform_allows(
+    path: str, rule: str, platforms: Sequence[Platform], environ: Mapping[str, str]
+) -> bool:
     allowed = (Category.DRIVER, Category.JIT)
-    return any(classify(path, rule, platform)[0] in allowed for platform in platforms)
+    return any(classify(path, rule, platform, environ)[0] in allowed for platform in platforms)
 
 
 def pin_drifts(files: Iterable[tuple[str, str | None]], policy: AuditPolicy) -> list[Drift]:

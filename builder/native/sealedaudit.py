@@ -111,6 +111,7 @@ def rejudge(
     files: dict[str, tuple[str, str | None]] = {}
     for process in processes:
         drifts += _process_drifts(process, policy, interpreter, files, where)
+    drifts += _one_file_a_path(processes, where)
     exes = sorted({p.exe for p in processes if p.exe is not None})
     if len(exes) > 1:
         drifts.append(_claim(where, "executables", "one for every process of the tree", exes))
@@ -123,6 +124,29 @@ def rejudge(
     drifts += module_drifts([path for path, _ in distinct], root.environ if root else {}, policy)
     drifts += role_drifts([p.role for p in processes], policy.roles)
     return drifts
+
+
+def _one_file_a_path(processes: Sequence[ProcessEvidence], where: str) -> list[Drift]:
+    """One path is one file in the whole tree while it runs: a file replaced at its path is
+    mapped as deleted by the processes that had it, never as another file at the same path."""
+    seen: dict[str, tuple[int, str, str | None]] = {}
+    drifts = []
+    for process in processes:
+        for obj in process.objects:
+            first = seen.setdefault(obj.path, (process.pid, obj.file_id, obj.sha256))
+            if first[1:] != (obj.file_id, obj.sha256):
+                found = (
+                    f"pid {first[0]}: {first[1]} {first[2]}; pid {process.pid}: "
+                    f"{obj.file_id} {obj.sha256}"
+                )
+                drifts.append(_claim(f"{where}: {obj.path}", "path", "one file in the tree", found))
+    return drifts
+
+
+def canonical(path: str) -> bool:
+    """An absolute path in the one form the kernel writes a mapping's path in: no `.`, `..`,
+    empty or trailing segment."""
+    return path.startswith("/") and not path.startswith("//") and posixpath.normpath(path) == path
 
 
 def _document_drifts(documents: Sequence[AuditDocument], where: str) -> list[Drift]:
@@ -203,12 +227,27 @@ def _process_drifts(
             )
         ]
     drifts = env_drifts(process.pid, process.role, process.environ, policy)
-    drifts += root_drifts(process.pid, process.role, process.objects, policy)
+    drifts += root_drifts(process.pid, process.role, process.objects, policy, process.environ)
     named = classify_role(process.name, ())
     if named not in ("other", process.role):
         drifts.append(
             _claim(at, "name", f"a name of role {process.role}", f"{process.name} ({named})")
         )
+    for path in (process.exe, *(o.path for o in process.objects)):
+        if not canonical(path):
+            expected = "an absolute path in canonical form, as /proc/<pid>/maps writes it"
+            drifts.append(_claim(f"{at}: {path!r}", "path", expected, path))
+    drifts += [
+        _claim(
+            f"{at}: {o.path}",
+            "rule",
+            "a mapping the loader rules explain (a live audit leaves one unexplained only with "
+            "a drift that says why)",
+            f"{o.rule}: {o.reason or 'no reason'}",
+        )
+        for o in process.objects
+        if o.rule == "unexplained"
+    ]
     executables = [o.path for o in process.objects if o.rule == "executable"]
     if executables != [process.exe]:
         drifts.append(_claim(at, "objects[rule=executable]", f"exactly {process.exe}", executables))
