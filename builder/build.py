@@ -17,6 +17,7 @@ from pathlib import Path
 from repro_serving.builder import imported
 from repro_serving.builder.canonical import canonical_json
 from repro_serving.builder.claims import (
+    BUILT_EVIDENCE,
     DispatchFindings,
     bundle_claim,
     dispatch_claims,
@@ -33,7 +34,6 @@ from repro_serving.builder.handoff.readme import in_readme, render_readme
 from repro_serving.builder.hashing import sha256_file
 from repro_serving.builder.lock import (
     DispatchClaim,
-    EvidenceClass,
     HostClaim,
     LaunchClaim,
     Lock,
@@ -74,6 +74,7 @@ from repro_serving.launch.rundir import (
     AUDIT_DIR,
     NODES_FILE,
     RANK_EVIDENCE,
+    REPLAY_FILE,
     RUN_EVIDENCE,
     START_EVIDENCE,
 )
@@ -288,7 +289,7 @@ def evidence_files(run_dir: Path, starts: int) -> dict[str, Path]:
     also has its nodes' facts and each rank's directory of each start."""
     files = {
         name: run_dir / name
-        for name in (*RUN_EVIDENCE, OBSERVATIONS_FILE, DISPATCH_FILE, NODES_FILE)
+        for name in (*RUN_EVIDENCE, OBSERVATIONS_FILE, DISPATCH_FILE, NODES_FILE, REPLAY_FILE)
         if (run_dir / name).is_file()
     }
     for number in range(1, starts + 1):
@@ -356,13 +357,13 @@ def assemble_lock(
     return Lock(
         bundle=bundle_claim(manifest, manifest_source, manifest_sha256=manifest_sha256),
         host=HostClaim(
-            evidence=EvidenceClass.LIVE,
+            evidence=BUILT_EVIDENCE["host"],
             facts=observed.host.locked(),
             enforced=manifest.host,
         ),
         models=tuple(
             ModelClaim(
-                evidence=EvidenceClass.LIVE,
+                evidence=BUILT_EVIDENCE["models"],
                 role=facts.role,
                 repo=facts.repo,
                 revision=model.revision,
@@ -373,7 +374,7 @@ def assemble_lock(
         ),
         sources=tuple(
             SourceClaim(
-                evidence=EvidenceClass.LIVE,
+                evidence=BUILT_EVIDENCE["sources"],
                 name=facts.name,
                 location=placeholder_path(manifest.resolve(source.path), values),
                 commit=facts.commit or "",
@@ -384,7 +385,7 @@ def assemble_lock(
         ),
         python=_python_claim(observed, artifacts),
         native=NativeClaim(
-            evidence=EvidenceClass.SEALED,
+            evidence=BUILT_EVIDENCE["native"],
             kernel_sets=manifest.native.kernel_sets,
             modules=modules_claim(manifest.native.modules, roles, dispatch),
             roles=roles,
@@ -392,7 +393,7 @@ def assemble_lock(
             dispatch=dispatch,
         ),
         launch=LaunchClaim(
-            evidence=EvidenceClass.LIVE,
+            evidence=BUILT_EVIDENCE["launch"],
             profile=record.plan.profile,
             argv=manifest.launch.argv_for(record.plan.profile),
             env=manifest.launch.env_for(record.plan.profile),
@@ -454,7 +455,7 @@ def _python_claim(observed: Observations, artifacts: ArtifactFacts) -> PythonCla
     assert python is not None, "a build refuses an unobservable venv before this"
     checked = tuple(sorted(r.distribution for r in python.records or () if not r.mismatches))
     return PythonClaim(
-        evidence=EvidenceClass.LIVE,
+        evidence=BUILT_EVIDENCE["python"],
         interpreter=python.version,
         packages={d.name: d.version for d in python.distributions},
         record_checked=checked,

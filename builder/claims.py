@@ -8,6 +8,7 @@ import contextlib
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Final
 
 from repro_serving.builder.canonical import canonical_json
 from repro_serving.builder.hashing import sha256_bytes, sha256_file
@@ -15,6 +16,7 @@ from repro_serving.builder.lock import (
     BundleClaim,
     DispatchClaim,
     EvidenceClass,
+    Lock,
     MappedObject,
     NodeClaim,
     OracleClaim,
@@ -31,6 +33,40 @@ from repro_serving.builder.sealing.statement import repro_version
 from repro_serving.launch.evidence import OracleRow
 from repro_serving.launch.nodes import NodesDocument
 from repro_serving.launch.throughput import UnmeasurableRow, measure
+
+BUILT_EVIDENCE: Final = {
+    "host": EvidenceClass.LIVE,
+    "models": EvidenceClass.LIVE,
+    "sources": EvidenceClass.LIVE,
+    "python": EvidenceClass.LIVE,
+    "native": EvidenceClass.SEALED,
+    "launch": EvidenceClass.LIVE,
+    "oracle": EvidenceClass.SEALED,
+    "nodes": EvidenceClass.LIVE,
+}
+"""The evidence class of each section of a built lock: what repro observed on the host (live),
+what it recomputes from sealed evidence (sealed)."""
+
+
+def evidence_classes(lock: Lock) -> dict[str, EvidenceClass]:
+    """The class each section of `lock` states, one entry per model, source and node."""
+    found = {
+        "host": lock.host.evidence,
+        "python": lock.python.evidence,
+        "native": lock.native.evidence,
+        "launch": lock.launch.evidence,
+        "oracle": lock.oracle.evidence,
+    }
+    found |= {f"models[{m.role}]": m.evidence for m in lock.models}
+    found |= {f"sources[{s.name}]": s.evidence for s in lock.sources}
+    found |= {f"nodes[{n.rank}]": n.evidence for n in lock.nodes}
+    return found
+
+
+def built_classes(lock: Lock) -> dict[str, EvidenceClass]:
+    """What `evidence_classes` of a lock of `lock`'s sections must say for a built bundle."""
+    return {name: BUILT_EVIDENCE[name.split("[")[0]] for name in evidence_classes(lock)}
+
 
 LOADER_PATH_VARIABLES = ("LD_LIBRARY_PATH", "LD_PRELOAD")
 
@@ -96,7 +132,7 @@ def oracle_claim(
             historical_median=historical,
         )
     return OracleClaim(
-        evidence=EvidenceClass.SEALED,
+        evidence=BUILT_EVIDENCE["oracle"],
         suite=suite.name,
         suite_sha256=suite_sha256,
         teacher_sha256=teacher_sha256,
@@ -292,7 +328,7 @@ def node_claims(
         problems += [f"{where}: {problem}" for problem in dispatch.disagreements]
         claims.append(
             NodeClaim(
-                evidence=EvidenceClass.LIVE,
+                evidence=BUILT_EVIDENCE["nodes"],
                 rank=declared.rank,
                 address=declared.address,
                 hostname=node.hostname,

@@ -6,9 +6,11 @@ and ready; every audited process was started by the kernel between the spawn and
 its log names no process but those (vLLM's `pid=`, uvicorn's `process [N]`);
 `teardown.json` proves every audited process gone and names no other (a process the audit never
 saw ran code nothing judged), and says when it began and ended and how
-much of the log was written while the stack served; the log is not empty. Two starts are two:
-start N+1 was spawned after start N's teardown ended, every one of its processes started after
-it, no process (pid and start time) is in both, and its rows were not timed at the same instants.
+much of the log was written while the stack served; the log is not empty, and every line it
+dates lies within the start, in one time zone (`log_time_problems`). Two starts are two: start
+N+1 was spawned after start N's teardown ended, every one of its processes started after it,
+no process (pid and start time) is in both, and its rows were not timed at the same instants
+(within 0.1 ms).
 
 All times are seconds since the epoch on the clock of the host the rank ran on; a process's
 start time is the kernel's boot time, which Linux states to the second, plus its start in
@@ -20,9 +22,11 @@ holder of the key; that the clock of the host was right.
 
 from __future__ import annotations
 
+import calendar
 import itertools
 import re
-from collections.abc import Sequence
+import time
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Final
 
@@ -58,14 +62,20 @@ class StartEvidence:
     suite): the start time of the process that answered, as it states it."""
 
 
-def start_problems(starts: Sequence[StartEvidence], *, repro_pid: int | None) -> list[str]:
+def start_problems(
+    starts: Sequence[StartEvidence],
+    *,
+    repro_pid: int | None,
+    kernels: Mapping[int, str | None] | None = None,
+) -> list[str]:
     """Every contradiction within each start and between consecutive starts of one rank.
     `repro_pid`: the pid of the repro that spawned rank 0 of each start on its own host (None
-    for a stack served across nodes, whose ranks are spawned by their nodes' actors)."""
+    for a stack served across nodes, whose ranks are spawned by their nodes' actors);
+    `kernels`: each rank's kernel boot id, where its node stated one."""
     problems: list[str] = []
     for start in starts:
         problems += _one_start(start, repro_pid)
-    problems += _ranks_problems(starts)
+    problems += _ranks_problems(starts, kernels or {})
     by_rank: dict[int, list[StartEvidence]] = {}
     for start in sorted(starts, key=lambda s: (s.rank, s.start)):
         by_rank.setdefault(start.rank, []).append(start)
@@ -75,23 +85,51 @@ def start_problems(starts: Sequence[StartEvidence], *, repro_pid: int | None) ->
     return problems
 
 
-def _ranks_problems(starts: Sequence[StartEvidence]) -> list[str]:
+def _ranks_problems(
+    starts: Sequence[StartEvidence], kernels: Mapping[int, str | None]
+) -> list[str]:
     """Each rank beyond 0 of a start served while rank 0 did: its processes started before
-    rank 0 was ready, its teardown began after."""
+    rank 0 was ready, its teardown began once rank 0's had (rank 0 is torn down first, after the
+    suite was answered). Two ranks on one kernel (one boot id) ran side by side: no pid is in
+    both trees, and no process of one is the parent of the other's root."""
     problems = []
-    leaders = {s.start: s.server for s in starts if s.rank == 0 and s.server is not None}
+    leaders = {s.start: s for s in starts if s.rank == 0 and s.server is not None}
     for start in starts:
-        server = leaders.get(start.start)
-        if start.rank == 0 or server is None or server.ready_at is None:
+        leader = leaders.get(start.start)
+        if start.rank == 0 or leader is None or leader.server is None:
             continue
-        ready = server.ready_at
+        ready = leader.server.ready_at
+        if ready is None:
+            continue
         problems += _late_processes(start, ready, start.where)
-        began = start.teardown.began_at
-        if began is not None and began < ready:
+        began, answered = start.teardown.began_at, leader.teardown.began_at
+        if began is not None and began < (answered if answered is not None else ready):
+            after = "rank 0's teardown began" if answered is not None else "rank 0 was ready"
             problems.append(
-                f"{start.where}/teardown.json: began_at {began}: expected after rank 0 was "
-                f"ready at {ready}"
+                f"{start.where}/teardown.json: began_at {began}: expected once {after}, at "
+                f"{answered if answered is not None else ready}"
             )
+        kernel = kernels.get(start.rank)
+        if kernel is not None and kernel == kernels.get(0):
+            problems += _one_kernel(leader, start)
+    return problems
+
+
+def _one_kernel(leader: StartEvidence, rank: StartEvidence) -> list[str]:
+    """Two trees that lived side by side on one kernel."""
+    problems = []
+    theirs = {p.pid for p in leader.processes}
+    if shared := sorted(theirs & {p.pid for p in rank.processes}):
+        problems.append(
+            f"{rank.where}/audit: pids {shared}: expected none of rank 0's tree, which ran on "
+            "the same kernel (nodes.json boot_id) at the same time"
+        )
+    root = next((p for p in rank.processes if p.pid == rank.root_pid), None)
+    if root is not None and root.ppid in theirs:
+        problems.append(
+            f"{rank.where}/audit: pid {root.pid} ppid {root.ppid}: expected the rank's own "
+            "spawner, found a process of rank 0's tree, which its audit would have listed"
+        )
     return problems
 
 
@@ -152,6 +190,9 @@ def _one_start(start: StartEvidence, repro_pid: int | None) -> list[str]:
         )
     if server is not None:
         problems += _server_problems(start, server, repro_pid)
+    spawned = _spawned(start)
+    if spawned is not None and ended is not None:
+        problems += log_time_problems(start.log, spawned, ended, f"{at}/server.log")
     unstarted = [p.pid for p in start.processes if p.started_at is None]
     if unstarted:
         problems.append(
@@ -175,6 +216,15 @@ def _one_start(start: StartEvidence, repro_pid: int | None) -> list[str]:
                 f"before teardown began at {began}"
             )
     return problems
+
+
+def _spawned(start: StartEvidence) -> float | None:
+    """When the start's rank was spawned: its `server.json` says so for rank 0; a further rank
+    was spawned before its first process started (read to the second)."""
+    if start.server is not None and start.server.started_at is not None:
+        return start.server.started_at
+    times = [p.started_at for p in start.processes if p.started_at is not None]
+    return min(times) - BOOT_TIME_SLACK_S if times else None
 
 
 METRICS_PRECISION_S: Final = 0.02
@@ -289,12 +339,81 @@ def _apart(earlier: StartEvidence, later: StartEvidence) -> list[str]:
             f"{at}/audit: expected processes of its own, found pids {pids} of {earlier.where} "
             "with the same start times"
         )
-    if later.rows and _timings(later.rows) == _timings(earlier.rows):
+    if later.rows and _same_timings(later.rows, earlier.rows):
         problems.append(
             f"{at}/rows.json: expected rows timed by a start of their own, found every "
-            f"arrival time equal to {earlier.where}'s"
+            f"arrival time within {COPY_TOLERANCE_S * 1e6:.0f} µs of {earlier.where}'s"
         )
     return problems
+
+
+COPY_TOLERANCE_S: Final = 1e-4
+"""How close every arrival of two starts may come only by copying: two real starts of the tiny
+model part by 7 ms at the median token, 0.2 ms at the closest of 160."""
+
+
+def _same_timings(rows: Sequence[OracleRow], others: Sequence[OracleRow]) -> bool:
+    mine, theirs = _timings(rows), _timings(others)
+    if [len(offsets) for _, offsets in mine] != [len(offsets) for _, offsets in theirs]:
+        return False
+    return all(
+        abs(a - b) <= COPY_TOLERANCE_S
+        for (ttft, offsets), (their_ttft, their_offsets) in zip(mine, theirs, strict=True)
+        for a, b in ((ttft, their_ttft), *zip(offsets, their_offsets, strict=True))
+    )
+
+
+LOG_TIME: Final = re.compile(
+    rb"(?:^|\) )(?:DEBUG|INFO|WARNING|ERROR|CRITICAL) (\d\d)-(\d\d) (\d\d):(\d\d):(\d\d) ", re.M
+)
+"""How vLLM's logger dates a line (`INFO 12-04 15:14:09 [file.py:12] ...`, after a process
+prefix such as `(EngineCore pid=8146) `): month, day and time to the second, in the server's
+local time zone, without a year."""
+ZONE_STEP_S: Final = 900
+"""Every time zone's offset from UTC is a whole number of quarter hours."""
+ZONES: Final = range(-12 * 3600, 14 * 3600 + 1, ZONE_STEP_S)
+
+
+def log_time_problems(log: bytes, began: float, ended: float, where: str) -> list[str]:
+    """Every dated line of a start's log lies within the start: at some one time zone's reading
+    (the log states none), between the spawn `began` and the teardown's end `ended` (seconds
+    since the epoch), to the second it is written to. A log carried over from another start,
+    or from another run, is dated outside it in every zone."""
+    dated = sorted({tuple(int(x) for x in match) for match in LOG_TIME.findall(log)})
+    if not dated:
+        return []
+    years = sorted({time.gmtime(t).tm_year for t in (began - 86400, ended + 86400)})
+    for year in years:
+        stamps = [_stamp(year, fields) for fields in dated]
+        known = [t for t in stamps if t is not None]
+        if len(known) < len(stamps):
+            continue
+        low, high = min(known), max(known)
+        if any(began - 1 <= low - zone and high - zone <= ended + 1 for zone in ZONES):
+            return []
+    return [
+        f"{where}: lines dated {_dated(dated[0])} to {_dated(dated[-1])} (local time): expected "
+        f"within the start, {_utc(began)} to {_utc(ended)} UTC, in some time zone; found in none"
+    ]
+
+
+def _stamp(year: int, fields: tuple[int, ...]) -> float | None:
+    """Month, day, hour, minute and second of `year`, read as UTC; None for no such date."""
+    month, day, hour, minute, second = fields
+    if not (1 <= month <= 12 and 1 <= day <= calendar.monthrange(year, month)[1]):
+        return None
+    if hour > 23 or minute > 59 or second > 60:
+        return None
+    return calendar.timegm((year, month, day, hour, minute, second, 0, 0, 0))
+
+
+def _dated(fields: tuple[int, ...]) -> str:
+    month, day, hour, minute, second = fields
+    return f"{month:02}-{day:02} {hour:02}:{minute:02}:{second:02}"
+
+
+def _utc(when: float) -> str:
+    return time.strftime("%m-%d %H:%M:%S", time.gmtime(when))
 
 
 PID_NAMED = re.compile(rb"\bpid[= ](\d+)|process \[(\d+)\]")

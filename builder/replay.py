@@ -43,9 +43,10 @@ from repro_serving.builder.verify import (
     verify,
 )
 from repro_serving.launch import cluster
-from repro_serving.launch.evidence import Teacher
+from repro_serving.launch.evidence import ReplayDocument, Teacher
 from repro_serving.launch.nodes import node_name
 from repro_serving.launch.run import RunPlan, RunRecord, observe_cluster, run_profile
+from repro_serving.launch.rundir import REPLAY_FILE
 
 
 class PreflightRefused(NotVerified):
@@ -103,6 +104,12 @@ def launch(
         document = ObservationsDocument.of(observed, artifacts.artifacts, artifacts.unresolved)
         (run_dir / OBSERVATIONS_FILE).write_bytes(document.to_bytes())
         (run_dir / DISPATCH_FILE).write_bytes(canonical_json(probes))
+        replayed = ReplayDocument(
+            bundle=manifest.bundle.name,
+            lock_sha256=sha256_file(path / bundle.LOCK),
+            differences=preflight.differences,
+        )
+        (run_dir / REPLAY_FILE).write_bytes(replayed.to_bytes())
         dispatch = live_dispatch(manifest, observed, record, kernel_sets, probes)
         nodes, _problems = run_node_claims(manifest, record, observed.values, kernel_sets)
         lock = assemble_lock(

@@ -22,9 +22,11 @@ from typing import Final
 
 from repro_serving.builder.claims import (
     ClaimCheck,
+    built_classes,
     content_check,
     dispatch_claims,
     environments_claim,
+    evidence_classes,
     modules_claim,
     node_claims,
     oracle_claim,
@@ -39,7 +41,7 @@ from repro_serving.builder.hashing import sha256_bytes, sha256_file
 from repro_serving.builder.lock import EvidenceClass, Lock, OracleRowClaim, ThroughputClaim
 from repro_serving.builder.manifest import Manifest, Suite, expand
 from repro_serving.builder.native.auditreport import AuditDocument, AuditDrifts, ProcessEvidence
-from repro_serving.builder.native.kernels import KernelSet
+from repro_serving.builder.native.kernels import KernelSet, dispatches
 from repro_serving.builder.native.sealedaudit import Interpreter, manifest_policy, rejudge
 from repro_serving.builder.observations import (
     OBSERVATIONS_FILE,
@@ -48,6 +50,7 @@ from repro_serving.builder.observations import (
 )
 from repro_serving.builder.observations import drifts as observation_drifts
 from repro_serving.builder.observe.dispatch import DISPATCH_FILE, Probes
+from repro_serving.builder.observe.python import version_matches
 from repro_serving.builder.observe.vllmargv import logged_argument_problems
 from repro_serving.builder.readers import LOCK_LIMIT, MANIFEST_LIMIT
 from repro_serving.builder.sealing import bundle
@@ -63,6 +66,7 @@ from repro_serving.builder.sealing.statement import (
 from repro_serving.launch import consistency, metrics, quality
 from repro_serving.launch.evidence import (
     OracleRow,
+    ReplayDocument,
     Rows,
     RunDocument,
     RunEvidence,
@@ -83,6 +87,7 @@ from repro_serving.launch.rundir import (
     METRICS_BEFORE,
     NODES_FILE,
     QUALITY_FILE,
+    REPLAY_FILE,
     ROWS_FILE,
     RUN_FILE,
     SERVER_FILE,
@@ -136,7 +141,11 @@ def verify(
     # The cheapest refusal first: on a host that selects other code, nothing else matters.
     selected = hostcheck.dispatch_drifts(sealed, hostcheck.capabilities())
     if selected:
-        stopped = "this host selects other code than the record ran: nothing else observed"
+        stopped = (
+            "this host selects other code than the record ran: nothing else observed. To make a "
+            "bundle of this host's code, build the manifest here, from a checkout of repro: "
+            f"repro build {sealed.lock.bundle.manifest_path} --signing-key KEY"
+        )
         return VerifyReport(path, integrity.key_ids, checks, tuple(selected), stopped=stopped)
     observed = hostcheck.observe(sealed.manifest)
     found = hostcheck.host_drifts(sealed, observed)
@@ -317,7 +326,7 @@ def _nodes_stage(r: _Recomputing) -> list[ClaimCheck]:
 
 
 LIVE_RUN_STAGES: tuple[tuple[str, Callable[[_Recomputing], list[ClaimCheck]]], ...] = (
-    ("content", lambda r: [_content_check(r.sealed, r.handoff)]),
+    ("content", lambda r: [_content_check(r.sealed, r.handoff, replayed=not r.taught)]),
     ("oracle", lambda r: _oracle_checks(r.sealed, r.rows, taught_here=r.taught)),
     ("fresh starts", lambda r: _fresh_start_checks(r.sealed, r.rows)),
     ("rows and metrics", lambda r: _consistency_checks(r.sealed)),
@@ -329,6 +338,7 @@ LIVE_RUN_STAGES: tuple[tuple[str, Callable[[_Recomputing], list[ClaimCheck]]], .
     ("quality", lambda r: [_quality_check(r.sealed, r.rows)]),
     ("observations", lambda r: _observed_checks(r.sealed)),
     ("lock anchors", lambda r: _anchored_checks(r.sealed, taught=r.taught)),
+    ("replay", lambda r: [] if r.taught else [_replay_check(r.sealed)]),
 )
 """The fixed pipeline of a live run's claims, in order: each stage a pure function of the
 sealed files; a stage whose evidence cannot be read fails alone, naming it, and every later
@@ -388,11 +398,12 @@ def _handoff_checks(
     return handoff_checks(sealed.path, sealed.lock, checks) if handoff else []
 
 
-def _content_check(sealed: OpenedBundle, handoff: bool) -> ClaimCheck:
+def _content_check(sealed: OpenedBundle, handoff: bool, *, replayed: bool) -> ClaimCheck:
     """The bundle holds exactly what its manifest's run seals: the suite and the teacher, the
     kernel sets the manifest names, and every evidence file of each fresh start, no fewer (a
     teardown record or a start's audit removed) and no more (a file nothing reads); a bundle
-    (not a sealed run) also its launcher, README and tools."""
+    (not a sealed run) also its launcher, README and tools; a run sealed by `repro launch`
+    (`replayed`) its record of the bundle it replayed."""
     manifest = sealed.manifest
     roles = manifest.launch.processes
     expected = bundle.fixed_content(manifest.native.kernel_sets)
@@ -400,10 +411,44 @@ def _content_check(sealed: OpenedBundle, handoff: bool) -> ClaimCheck:
         expected |= bundle.handoff_content(sealed.lock.bundle.repro_version)
     ranks = {n.rank: manifest.node_processes(n.rank) for n in manifest.declared_nodes if n.rank}
     evidence = evidence_names(manifest.oracle.gates.fresh_starts, roles, ranks)
-    evidence |= {OBSERVATIONS_FILE, DISPATCH_FILE}
+    evidence |= {OBSERVATIONS_FILE, DISPATCH_FILE, *([REPLAY_FILE] if replayed else [])}
     expected |= {f"{bundle.EVIDENCE_DIR}/{name}" for name in evidence}
     return content_check(
         "content = what the manifest's run seals", bundle.content_files(sealed.path), expected
+    )
+
+
+def _replay_check(sealed: OpenedBundle) -> ClaimCheck:
+    """A run sealed by `repro launch` says what differed from the bundle it replayed; each
+    difference is one the manifest allows, and this run's own observations show it (the
+    bundle's side is its lock's, which the run names by sha256 and does not carry)."""
+    path = sealed.evidence(REPLAY_FILE)
+    replayed = read_document(ReplayDocument, path, what="the replay's record")
+    python = sealed.observations.python
+    here = python.version if python is not None else None
+    pin = sealed.manifest.python.interpreter
+    problems = []
+    for difference in replayed.differences:
+        sealed_release = difference.sealed.removeprefix("Python ")
+        expected = (
+            "python.interpreter",
+            f"Python {here}",
+            f'[python] interpreter = "{pin}"',
+        )
+        found = (difference.subject, difference.here, difference.accepted_by)
+        if found != expected or sealed_release == here or not version_matches(pin, sealed_release):
+            problems.append(
+                f"{REPLAY_FILE}: {difference.subject}: expected another release than this run's "
+                f"{here} that {expected[2]} admits, found {difference.sealed} → "
+                f"{difference.here} ({difference.accepted_by})"
+            )
+    count = len(replayed.differences)
+    return ClaimCheck(
+        f"{REPLAY_FILE} = what differed from the bundle it replayed, as the manifest allows",
+        EvidenceClass.SEALED,
+        f"{replayed.bundle} (lock {replayed.lock_sha256[:12]}…), {count} difference(s)",
+        not problems,
+        _shown(problems),
     )
 
 
@@ -527,7 +572,9 @@ def _fresh_start_checks(sealed: OpenedBundle, first: tuple[OracleRow, ...]) -> l
         )
     starts = _start_evidence(sealed)
     repro_pid = None if sealed.manifest.clustered else sealed.run.repro_pid
-    problems = start_problems(starts, repro_pid=repro_pid)
+    nodes = sealed.nodes
+    kernels = {n.rank: n.boot_id for n in nodes.nodes} if nodes is not None else {}
+    problems = start_problems(starts, repro_pid=repro_pid, kernels=kernels)
     problems += _log_version_problems(starts, sealed.lock.python.packages)
     problems += [
         problem
@@ -660,10 +707,14 @@ def _audit_checks(sealed: OpenedBundle) -> list[ClaimCheck]:
             f"{d.kind.value} {d.subject}: expected {d.expected}, found {d.observed}"
             for d in audit.all_drifts
         ]
+        overrides = _override_variables(sealed)
         if rank == 0:
-            problems += _environment_problems(audit, sealed.run.env, "run.json env")
-        elif (root := _root(audit)) is not None:
-            problems += _environment_problems(audit, root.environ, "the rank's root")
+            problems += _environment_problems(audit, sealed.run.env, "run.json env", overrides)
+        else:
+            node = next(n for n in sealed.lock.nodes if n.rank == rank)
+            problems += _environment_problems(
+                audit, node.env, f"lock nodes[rank {rank}].env", overrides
+            )
         name = f"start-{start}" + (f" rank {rank}" if rank else "")
         checks.append(
             ClaimCheck(
@@ -677,34 +728,73 @@ def _audit_checks(sealed: OpenedBundle) -> list[ClaimCheck]:
     return checks
 
 
-CODE_PATH_ENV: Final = ("PYTHONPATH", "PYTHONHOME", "PYTHONSTARTUP", "PYTHONUSERBASE")
-"""Variables that change which code an interpreter imports: no process may add one."""
+CODE_PATH_ENV: Final = (
+    "PYTHONPATH",
+    "PYTHONHOME",
+    "PYTHONSTARTUP",
+    "PYTHONUSERBASE",
+    "PYTHONPLATLIBDIR",
+    "PYTHONPYCACHEPREFIX",
+    "PYTHONWARNINGS",
+    "PYTHONBREAKPOINT",
+    "PYTHONSAFEPATH",
+    "GLIBC_TUNABLES",
+)
+"""Variables that change which code a process runs: where the interpreter imports from (its
+path, home, startup file, user base, platform library directory, bytecode cache), what it
+imports on its own (a warning category, the breakpoint hook), and which variant of its code
+glibc selects (its tunables, hwcaps among them)."""
+JUDGED_LOADER_ENV: Final = ("LD_PRELOAD", "LD_LIBRARY_PATH")
+"""The loader's variables a process of the stack may add for its children, judged by the audit
+(the declared preloads, the allowed roots) and locked by role; every other LD_* steers code."""
+
+
+def _steers_code(name: str, overrides: frozenset[str]) -> bool:
+    return (
+        name in CODE_PATH_ENV
+        or name in overrides
+        or (name.startswith("LD_") and name not in JUDGED_LOADER_ENV)
+    )
+
+
+def _override_variables(sealed: OpenedBundle) -> frozenset[str]:
+    """The variables that force a sealed dispatch's variant (ATEN_CPU_CAPABILITY, ...)."""
+    rules = dispatches(sealed.kernel_sets())
+    return frozenset(d.override_env for _, d in rules.values() if d.override_env)
 
 
 def _root(audit: SealedAudit) -> ProcessEvidence | None:
     return next((p for p in audit.processes if p.pid == audit.root_pid), None)
 
 
-def _environment_problems(audit: SealedAudit, launched: Mapping[str, str], where: str) -> list[str]:
-    """The tree was started with `launched` (run.json's environment; a rank beyond 0: its
-    root's): the root holds exactly the variables the audit keeps of it
-    (`native.processes.LOADER_ENV`); every process keeps each of them at its value and adds no
-    variable that changes where Python finds code (`CODE_PATH_ENV`). The stack may add others
-    for its children (vLLM's own VLLM_* settings, the preload torch asks for), which the audit
-    judges. A process that renames itself may have cleared some: one missing is not a drift."""
+def _environment_problems(
+    audit: SealedAudit, launched: Mapping[str, str], where: str, overrides: frozenset[str]
+) -> list[str]:
+    """The tree was started with `launched` (run.json's environment; a rank beyond 0: the lock's
+    environment of its node): the root holds exactly the variables the audit keeps of it
+    (`native.processes.LOADER_ENV`) but for the private HOME and temporary directory each start
+    has of its own; every process keeps each of them at its value, the private ones at the
+    root's, and adds no variable that changes which code runs (`CODE_PATH_ENV`, every LD_*
+    beside the judged LD_PRELOAD and LD_LIBRARY_PATH, a dispatch's override). The stack may add
+    others for its children (vLLM's own VLLM_* settings, the preload torch asks for), which the
+    audit judges. A process that renames itself may have cleared some: one missing is not a
+    drift."""
     root = _root(audit)
+    own = {n: v for n, v in (root.environ if root else {}).items() if n in RUN_PRIVATE_ENV}
     problems = []
     for process in audit.processes:
         for name, value in sorted(process.environ.items()):
-            stated = launched.get(name)
+            stated = own[name] if name in own else launched.get(name)
+            if name in own and process is root:
+                continue
             if stated == value or (
-                process is not root and stated is None and name not in CODE_PATH_ENV
+                process is not root and stated is None and not _steers_code(name, overrides)
             ):
                 continue
             problems.append(
                 f"environment pid {process.pid} ({process.role}): {name}: expected "
                 + (f"{stated!r}" if stated is not None else "unset")
-                + f" ({where}), found {value!r}"
+                + f" ({'the root' if name in own else where}), found {value!r}"
             )
     return problems
 
@@ -1161,7 +1251,14 @@ def _anchored_checks(sealed: OpenedBundle, *, taught: bool = True) -> list[Claim
             lock.native.modules,
             modules_claim(manifest.native.modules, lock.native.roles, lock.native.dispatch),
         ),
+        (
+            "lock.models location = observations",
+            [m.location for m in lock.models],
+            [m.directory for m in observed.models],
+        ),
+        ("lock evidence classes = a built lock's", evidence_classes(lock), built_classes(lock)),
     ]
+
     differing = [
         f"{claim}: lock {ours!r}, sealed {theirs!r}"[:300]
         for claim, ours, theirs in pairs

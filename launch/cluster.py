@@ -88,6 +88,7 @@ class NodeAgent:
             host=observe_host(),
             forbidden={name: os.environ[name] for name in forbidden if name in os.environ},
             probes=probe_code_paths(kernel_sets, Path(python), env),
+            boot_id=_boot_id(),
         )
 
     def spawn(self, spec: lifecycle.ServerSpec) -> int:
@@ -388,3 +389,13 @@ class LossWatch:
             expected="every audited process alive until teardown",
             found="ended: " + ", ".join(gone),
         )
+
+
+BOOT_ID: Final = Path("/proc/sys/kernel/random/boot_id")
+
+
+def _boot_id() -> str | None:
+    try:
+        return BOOT_ID.read_text().strip() or None
+    except OSError:
+        return None

@@ -16,7 +16,9 @@ from typing import Self
 
 from pydantic import BaseModel, ConfigDict, Field, RootModel, model_validator
 
+from repro_serving.builder.canonical import canonical_json
 from repro_serving.builder.documents import parse_document
+from repro_serving.builder.drift import Difference
 
 
 class _Record(BaseModel):
@@ -203,6 +205,23 @@ class RunDocument(_Record):
     env: dict[str, str]
     port: int
     repro_pid: int
+
+
+class ReplayDocument(_Record):
+    """`replay.json` of a run sealed by `repro launch`: the bundle it replayed (its name and the
+    sha256 of its lock) and each difference from it that the manifest allows, as the preflight
+    found it on this host."""
+
+    bundle: str
+    lock_sha256: str
+    differences: tuple[Difference, ...]
+
+    def to_bytes(self) -> bytes:
+        return canonical_json(self.model_dump(mode="json"))
+
+    @classmethod
+    def from_bytes(cls, data: bytes, *, where: str) -> ReplayDocument:
+        return parse_document(cls, data, where=where, what="the replay's record")
 
 
 class _Timed(BaseModel):

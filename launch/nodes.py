@@ -26,6 +26,9 @@ class NodeFacts(BaseModel):
     """Each variable of the manifest's forbidden environment set in the node's environment."""
     probes: dict[str, str]
     """Dispatch name → the variant the serving interpreter reported on that node."""
+    boot_id: str | None = None
+    """The node's kernel boot id (`/proc/sys/kernel/random/boot_id`): two nodes of one id are
+    one kernel, whose pids two live processes never share."""
 
 
 class NodesDocument(BaseModel):

@@ -59,6 +59,9 @@ ROWS_FILE: Final = "rows.json"
 TEARDOWN_FILE: Final = "teardown.json"
 NODES_FILE: Final = "nodes.json"
 
+REPLAY_FILE: Final = "replay.json"
+"""A replay's own record (`repro launch`): the bundle it replayed and what differed from it
+where the manifest allows (`launch.evidence.ReplayDocument`)."""
 RUN_EVIDENCE: Final = (RUN_FILE, VERDICTS_FILE, QUALITY_FILE)
 """What of a run directory's top level is evidence: never `summary.json`, a report derived
 from the rest for people, which a bundle would seal for nothing to check."""

@@ -257,6 +257,11 @@ def _set(*path: str | int, value: object) -> Callable[[dict[str, Any]], None]:
     return change
 
 
+def _relabelled(lock: dict[str, Any]) -> None:
+    """The oracle stated as observed live, the native truth as only declared."""
+    lock["oracle"]["evidence"], lock["native"]["evidence"] = "live", "declared"
+
+
 LOCK_EDITS = {
     "a model file's sha256": (
         _set("models", 0, "files", "model.safetensors", value="0" * 64),
@@ -276,6 +281,11 @@ LOCK_EDITS = {
         _set("bundle", "description", value="a record"),
         [LOCKED, README],
     ),
+    "the model's location": (
+        _set("models", 0, "location", value="/tmp/evil-model"),
+        [LOCKED, README],
+    ),
+    "the evidence classes": (_relabelled, [LOCKED, README]),
     "the recorded dispatch": (
         lambda lock: _set(
             "native",

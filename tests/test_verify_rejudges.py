@@ -11,6 +11,7 @@ found where. The untouched copy passes.
 from __future__ import annotations
 
 import json
+import re
 import shutil
 from collections.abc import Callable
 from pathlib import Path
@@ -281,6 +282,91 @@ def _other_variant(root: Path) -> None:
 AUDIT_LIES["another kernel variant mapped"] = (_other_variant, "vllm._C")
 
 
+def _mapped(path: str) -> Callable[[dict[str, Any]], None]:
+    """One more library mapped by the process, at `path`, as a dependency of the executable."""
+
+    def change(process: dict[str, Any]) -> None:
+        process["objects"].append(
+            {
+                "file_id": "fe:0/999991",
+                "path": path,
+                "reason": "DT_NEEDED",
+                "requester": process["exe"],
+                "rule": "dlopen",
+                "sha256": "cd" * 32,
+            }
+        )
+
+    return change
+
+
+def _counted(edit: Edit) -> Edit:
+    """`edit`, the tree's file count kept right in every role's document."""
+
+    def both(root: Path) -> None:
+        edit(root)
+        for role in _roles(root):
+            _edit_role(role, _count_files)(root)
+
+    return both
+
+
+def _venv_of(root: Path) -> str:
+    return json.loads((root / "evidence" / "observations.json").read_text())["values"]["venv"]
+
+
+def _under_venv(suffix: str) -> Edit:
+    return lambda root: _counted(_worker(_mapped(_venv_of(root) + suffix)))(root)
+
+
+def _unexplained(process: dict[str, Any]) -> None:
+    process["objects"][1].update(rule="unexplained", reason="")
+
+
+def _libc_elsewhere(process: dict[str, Any]) -> None:
+    """The worker's libc another file than the api server's, at the same path."""
+    libc = next(o for o in process["objects"] if o["path"].endswith("/libc.so.6"))
+    libc.update(sha256="ef" * 32, file_id="fe:0/999992")
+
+
+AUDIT_LIES["a path climbing out of the venv with '..'"] = (
+    _under_venv("/../../../tmp/evil/libevil.so"),
+    "expected an absolute path in canonical form",
+)
+AUDIT_LIES["a path under the venv with '//' and '/./'"] = (
+    _under_venv("//lib/./python3.11/site-packages/evil/libevil.so"),
+    "expected an absolute path in canonical form",
+)
+AUDIT_LIES["a mapping left unexplained with no drift saying why"] = (
+    _worker(_unexplained),
+    "expected a mapping the loader rules explain",
+)
+AUDIT_LIES["one path, two files, in two processes of the tree"] = (
+    _counted(_worker(_libc_elsewhere)),
+    "libc.so.6: path: expected one file in the tree",
+)
+AUDIT_LIES["an inductor kernel in a temporary directory the worker does not have"] = (
+    _counted(_worker(_mapped("/tmp/torchinductor_root/ab/evil.so"))),
+    "/tmp/torchinductor_root/ab/evil.so (dlopen)",
+)
+AUDIT_LIES["a torch kernel cache under another directory than the worker's HOME"] = (
+    _counted(_worker(_mapped("/srv/evil/.cache/torch/kernels/evil.so"))),
+    "/srv/evil/.cache/torch/kernels/evil.so (dlopen)",
+)
+for _name, _value in (
+    ("ATEN_CPU_CAPABILITY", "default"),
+    ("PYTHONPYCACHEPREFIX", "/tmp/pyc"),
+    ("PYTHONPLATLIBDIR", "../../../../tmp/evil"),
+    ("GLIBC_TUNABLES", "glibc.cpu.hwcaps=-AVX512F"),
+    ("LD_ORIGIN_PATH", "/tmp/evil"),
+    ("LD_HWCAP_MASK", "0"),
+):
+    AUDIT_LIES[f"a worker adding {_name} to its environment"] = (
+        _worker(lambda p, n=_name, v=_value: p["environ"].__setitem__(n, v)),
+        f"{_name}: expected unset (run.json env), found {_value!r}",
+    )
+
+
 @pytest.mark.parametrize("lie", sorted(AUDIT_LIES))
 def test_a_sealed_audit_is_judged_again(
     lie: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
@@ -372,6 +458,34 @@ def _copy_rows(root: Path) -> None:
     shutil.copy(evidence / "start-1/rows.json", evidence / "start-2/rows.json")
 
 
+def _pids(root: Path, start: int) -> dict[str, int]:
+    """Each role's pid in `start`'s audit."""
+    found = {}
+    for path in (root / "evidence" / f"start-{start}" / "audit").glob("*.json"):
+        if path.name != "drifts.json":
+            for process in json.loads(path.read_text())["processes"]:
+                found[process["role"]] = process["pid"]
+    return found
+
+
+def _log_of_start_1_renamed(root: Path) -> None:
+    """Start 2's log start 1's, every pid it names replaced by start 2's of the same role."""
+    first, second = _pids(root, 1), _pids(root, 2)
+    log = (root / "evidence/start-1/server.log").read_bytes()
+    for role, pid in first.items():
+        log = re.sub(rb"\b%d\b" % pid, b"%d" % second[role], log)
+    (root / "evidence/start-2/server.log").write_bytes(log)
+
+
+def _rows_of_start_1_shifted(root: Path) -> None:
+    """Start 2's rows start 1's, every arrival a microsecond later."""
+    rows = json.loads((root / "evidence/start-1/rows.json").read_text())
+    for row in rows:
+        row["token_offsets_s"] = [t + 1e-6 for t in row["token_offsets_s"]]
+        row["ttft_s"] += 1e-6
+    (root / "evidence/start-2/rows.json").write_text(json.dumps(rows))
+
+
 def _log(start: int, text: bytes, *, replace: bool = False) -> Edit:
     def edit(root: Path) -> None:
         path = root / "evidence" / f"start-{start}" / "server.log"
@@ -400,6 +514,16 @@ def _streamed_just_past_the_window(root: Path) -> None:
 START_LIES: dict[str, tuple[Edit, str, str]] = {
     "start 2 a byte copy of start 1": (_copy_start, "fresh starts", "start-2"),
     "start 2's rows a copy of start 1's": (_copy_rows, "fresh starts", "every arrival time"),
+    "start 2's rows start 1's, a microsecond later": (
+        _rows_of_start_1_shifted,
+        "fresh starts",
+        "every arrival time within 100 µs of evidence/start-1's",
+    ),
+    "start 2's log start 1's with its pids renamed": (
+        _log_of_start_1_renamed,
+        "fresh starts",
+        "start-2/server.log: lines dated",
+    ),
     "a teardown not proven": (
         _json("evidence/start-1/teardown.json", lambda d: d.__setitem__("proven", False)),
         "fresh starts",
@@ -576,6 +700,66 @@ def _rank_torn_down_early(root: Path) -> None:
     )(root)
 
 
+def _rank_torn_down_serving(root: Path) -> None:
+    """Rank 1's teardown begun a tenth of a second after rank 0 was ready: before the suite,
+    which needs every rank for every token, could have been answered."""
+    ready = json.loads((root / "evidence/start-1/server.json").read_text())["ready_at"]
+    _json(
+        "evidence/start-1/rank-1/teardown.json",
+        lambda d: d.update(began_at=ready + 0.1, ended_at=ready + 0.1 + d["seconds"]),
+    )(root)
+
+
+def _rank1_everywhere(name: str, value: str) -> Edit:
+    def edit(root: Path) -> None:
+        for path in (root / "evidence/start-1/rank-1/audit").glob("*.json"):
+            if path.name == "drifts.json":
+                continue
+            document = json.loads(path.read_text())
+            for process in document["processes"]:
+                process["environ"][name] = value
+            path.write_text(json.dumps(document))
+
+    return edit
+
+
+def _one_kernel(root: Path) -> None:
+    """Both nodes stating one boot id, as two nodes on one machine do."""
+    _json(
+        "evidence/nodes.json",
+        lambda d: (
+            [n.update(boot_id="0b0b0b0b-1111-2222-3333-444455556666") for n in d["nodes"]] and None
+        ),
+    )(root)
+
+
+def _rank0_pids(root: Path) -> dict[str, int]:
+    found = {}
+    for path in (root / "evidence/start-1/audit").glob("*.json"):
+        if path.name != "drifts.json":
+            for process in json.loads(path.read_text())["processes"]:
+                found[process["role"]] = process["pid"]
+    return found
+
+
+def _same_pid_on_one_kernel(root: Path) -> None:
+    _one_kernel(root)
+    pid = _rank0_pids(root)["worker"]
+    old = json.loads((root / "evidence/start-1/rank-1/audit/worker.json").read_text())
+    before = old["processes"][0]["pid"]
+    _rank1("worker", lambda d: d["processes"][0].__setitem__("pid", pid))(root)
+    _json(
+        "evidence/start-1/rank-1/teardown.json",
+        lambda d: d.__setitem__("pids", [pid if p == before else p for p in d["pids"]]),
+    )(root)
+
+
+def _child_of_rank0_on_one_kernel(root: Path) -> None:
+    _one_kernel(root)
+    parent = _rank0_pids(root)["api_server"]
+    _rank1("headless", lambda d: d["processes"][0].__setitem__("ppid", parent))(root)
+
+
 NODE_LIES: dict[str, tuple[Edit, str, str]] = {
     "rank 1's node facts a copy of rank 0's": (
         _json("evidence/nodes.json", _rank1_facts_of_rank0),
@@ -618,7 +802,32 @@ NODE_LIES: dict[str, tuple[Edit, str, str]] = {
     "rank 1 torn down before rank 0 was ready": (
         _rank_torn_down_early,
         "fresh starts",
-        "expected after rank 0 was ready",
+        "expected once rank 0's teardown began",
+    ),
+    "rank 1 torn down while rank 0 still served the suite": (
+        _rank_torn_down_serving,
+        "fresh starts",
+        "expected once rank 0's teardown began",
+    ),
+    "rank 1 adding a code path to every process's environment": (
+        _rank1_everywhere("PYTHONPATH", "/tmp/evil"),
+        "live audit of start-1 rank 1",
+        "PYTHONPATH: expected unset (lock nodes[rank 1].env), found '/tmp/evil'",
+    ),
+    "rank 1 started with another hash seed than its node's environment": (
+        _rank1_everywhere("PYTHONHASHSEED", "1"),
+        "live audit of start-1 rank 1",
+        "PYTHONHASHSEED: expected '0' (lock nodes[rank 1].env), found '1'",
+    ),
+    "rank 1's worker holding a pid of rank 0's tree on the same kernel": (
+        _same_pid_on_one_kernel,
+        "fresh starts",
+        "expected none of rank 0's tree",
+    ),
+    "rank 1's root a child of rank 0's tree on the same kernel": (
+        _child_of_rank0_on_one_kernel,
+        "fresh starts",
+        "found a process of rank 0's tree",
     ),
     "rank 1's teardown not proven": (
         _json(
@@ -687,6 +896,14 @@ def _record_dropped(root: Path) -> None:
 
 
 OBSERVATION_LIES: dict[str, tuple[Edit, str, str]] = {
+    "every RECORD checked with no file of it": (
+        _json(
+            "evidence/observations.json",
+            lambda d: [r.__setitem__("files", 0) for r in d["python"]["records"]] and None,
+        ),
+        "observations.json judged again",
+        "no check of its files recorded",
+    ),
     "a model file of other bytes than the manifest pins": (
         _model_file_of_other_bytes,
         "observations.json judged again",

@@ -21,6 +21,11 @@
 #      statement that seals SHA256SUMS, with the key you named (openssl 3.0 or later). Nothing
 #      is installed or run before both hold: the repro installed next is the bundle's own, so
 #      this is the check that does not take the bundle's word; `repro verify` repeats it;
+#      then, unless --verify-only, everything that refuses this machine without installing
+#      anything (tools/launch_helper.py preflight, in seconds): the code its CPU selects against
+#      the code the record ran (and what to run instead when they differ), the host facts the
+#      manifest enforces, the server's port, and an interpreter the manifest admits for the
+#      serving environment;
 #   3. a private environment for the exact repro that sealed the bundle, made once under
 #      ${XDG_CACHE_HOME:-~/.cache}/repro/envs/ (python3 -m venv; its dependencies and its
 #      wheel installed by sha256 from tools/; pip check), and checked before every use
@@ -198,6 +203,13 @@ kind=$(printf '%s\n' "$facts" | sed -n 4p)
 "$python" -I -B "$helper" fits "$bundle/tools/requirements.txt" ||
     refuse 1 "this python3 cannot run the bundle's repro (above)"
 
+serving_python=''
+if [ -z "$verify_only" ]; then
+    say "checking this machine against what the bundle ran on (nothing is installed yet)"
+    serving_python=$("$python" -I -B "$helper" preflight "$bundle") ||
+        refuse 1 "this machine cannot replay the bundle (above): nothing was installed"
+fi
+
 # --- 3. the private environment of the repro that sealed the bundle -------------------------------
 wheel_sha=$(sha256sum <"$bundle/tools/$wheel" | cut -c1-64)
 pins_sha=$(sha256sum <"$bundle/tools/requirements.txt" | cut -c1-64)
@@ -269,8 +281,9 @@ mkdir -p -- "$anchor" "$runs" || refuse 3 "cannot make $anchor and $runs"
 if [ "$kind" = imported ]; then
     say "an imported record pins no wheels, models or sources restore can make: not restored"
 else
-    say "repro restore $bundle into $work"
-    repro restore "$bundle" "$trust_option" "$trust_value" --anchor "$anchor" $force >&2 || {
+    say "repro restore $bundle into $work, the serving venv made with $serving_python"
+    repro restore "$bundle" "$trust_option" "$trust_value" --anchor "$anchor" \
+        --python "$serving_python" $force >&2 || {
         status=$?
         refuse "$status" "repro restore could not make what the bundle pins (above):" \
             "nothing started"

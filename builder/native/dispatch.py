@@ -160,7 +160,8 @@ def differs(
         expected=f"{recorded_variant} ({recorded})",
         observed=here.describe(),
         why=(
-            f"this host selects other code than the record ran: {', '.join(deciding)} differ"
+            f"this host selects other code than the record ran: {', '.join(deciding)} differ; "
+            "the record replays on a host where they are as recorded"
             if deciding
             else "this host selects other code than the record ran"
         ),

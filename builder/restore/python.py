@@ -214,13 +214,13 @@ def _interpreter_drift(release: str, pin: str, found: str) -> Drift:
     exact = len(pin.split(".")) > 2
     if exact:
         why = (
-            f"the manifest pins Python {pin} exactly ([python] interpreter = \"{pin}\"), which "
+            f'the manifest pins Python {pin} exactly ([python] interpreter = "{pin}"), which '
             f"restore cannot install: install it (for instance `pyenv install {pin}` or "
             f"`uv python install {pin}`) and name it with --python PATH"
         )
     else:
         why = (
-            f"the manifest admits any Python {pin} ([python] interpreter = \"{pin}\"; the "
+            f'the manifest admits any Python {pin} ([python] interpreter = "{pin}"; the '
             f"bundle was sealed with {release}), which restore cannot install: install one "
             f"(Debian and Ubuntu: `apt install python{pin} python{pin}-venv`; or "
             f"`pyenv install {release}`) or name one with --python PATH"
