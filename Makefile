@@ -3,7 +3,7 @@
 PYTHON ?= python3
 VENV := .venv
 
-.PHONY: demo test lint serve-env browser
+.PHONY: demo test lint serve-env browser second-python
 
 $(VENV)/.stamp: pyproject.toml requirements/dev.txt
 	$(PYTHON) -m venv $(VENV)
@@ -29,5 +29,11 @@ lint: $(VENV)/.stamp
 browser:
 	command -v chromium >/dev/null || { apt-get update -qq && apt-get install -y --no-install-recommends chromium; }
 
-test: lint serve-env browser
+# A second interpreter of the series beside the project's, of another release: the restore and
+# launcher tests make the serving environment with it (Debian's python3.11), installed when absent.
+second-python:
+	test -x /usr/bin/python3.11 && /usr/bin/python3.11 -c 'import ensurepip, venv' 2>/dev/null || \
+		{ apt-get update -qq && apt-get install -y --no-install-recommends python3.11 python3.11-venv; }
+
+test: lint serve-env browser second-python
 	$(VENV)/bin/pytest

@@ -20,8 +20,13 @@ from repro_serving.builder.commands._keys import (
     signing_key_path,
     trusted,
 )
-from repro_serving.builder.commands._shared import Verification, print_report
+from repro_serving.builder.commands._shared import (
+    Verification,
+    difference_table,
+    print_report,
+)
 from repro_serving.builder.commands.run import RunSummary, print_summary, run_report_error
+from repro_serving.builder.drift import Difference
 from repro_serving.builder.errors import ExitCode
 from repro_serving.builder.progress import say
 from repro_serving.builder.render import Report, console, write_report
@@ -42,6 +47,9 @@ class LaunchOutput(Report):
     """The candidate replayed (`ok`: every gate passed), and where its run was sealed."""
 
     run: RunSummary
+    differences: tuple[Difference, ...] = ()
+    """What this host had other than the bundle where the manifest allows it (sealed with the
+    run, in `evidence/replay.json`)."""
     sealed: str | None
     """The sealed run directory; null without `--signing-key`."""
 
@@ -86,11 +94,14 @@ def execute(args: argparse.Namespace) -> int:
                 ok=replay.run.exit_code == ExitCode.PASS,
                 error=run_report_error(replay.run),
                 run=RunSummary.of(replay.run),
+                differences=replay.preflight.differences,
                 sealed=sealed,
             )
         )
     else:
         print_summary(replay.run, None)
+        if replay.preflight.differences:
+            console().print(difference_table(replay.preflight.differences))
         console().print(f"run sealed at {sealed}" if sealed else "run not sealed (no key)")
     if replay.sealed is not None and key is not None:
         _report_beside(replay.sealed.path, args, key, json=args.json)
