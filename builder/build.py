@@ -156,6 +156,19 @@ def staged_readme(staged: Path) -> bytes:
         for check in checks
         if in_readme(check) and not check.ok
     ]
+    version = opened.lock.bundle.repro_version
+    wheels = sorted(p.name for p in (staged / bundle.TOOLS_DIR).glob("*.whl"))
+    if wheels != [bundle.wheel_filename(version)]:
+        failed.append(
+            Drift(
+                kind=DriftKind.CLAIM,
+                subject=f"{bundle.TOOLS_DIR}/",
+                expected=f"the wheel of repro {version}, the version the lock names",
+                observed=", ".join(wheels) or "no wheel",
+                why="repro's source changed while it built (its version names its files): "
+                "build again from a tree that does not change",
+            )
+        )
     if failed:
         raise BuildRefused("the staged bundle does not verify", failed, where=str(staged))
     return render_readme(opened.lock, checks)
