@@ -40,6 +40,7 @@ from repro_serving.builder.observe.tools import (
     ToolRequirements,
     build_wheel,
     dependency_closure,
+    own_stated,
     wheel_requires,
 )
 from repro_serving.builder.sealing import bundle, statement
@@ -434,6 +435,16 @@ def test_a_dist_info_other_than_repros_is_refused_by_name(
     detail = refused(changing(f".dist-info/{member}", lambda _: text.encode()))
     assert f"{bundle.wheel_filename(version)}: {dist_info(version)}/{member}: " in detail
     assert found in detail
+
+
+def test_this_repro_states_what_its_wheel_requires(own_wheel: Path) -> None:
+    """What the verifier holds a wheel to is what `build_wheel` writes into this checkout's."""
+    stated = own_stated()
+    assert stated.requires_dist == wheel_requires(own_wheel)
+    with zipfile.ZipFile(own_wheel) as archive:
+        names = archive.namelist()
+    licenses = [name.split("/licenses/", 1)[1] for name in names if "/licenses/" in name]
+    assert licenses == list(stated.license_files)
 
 
 # --- requirements.txt -------------------------------------------------------------------------
