@@ -380,6 +380,10 @@ MEMBERS = {
     ),
     "an extension module shadowing one": ("repro_serving/builder/cli.abi3.so", "native code"),
     "another file in the dist-info": ("repro_serving-{v}.dist-info/direct_url.json", "dist-info"),
+    "a module among the license files": (
+        "repro_serving-{v}.dist-info/licenses/evil.py",
+        "not a license file of repro (expected licenses/LICENSE alone under licenses/)",
+    ),
     # names
     "a '..' part": ("repro_serving/../evil.py", "a '..' part"),
     "an absolute path": ("/tmp/evil.py", "an absolute path"),
@@ -449,6 +453,35 @@ def _metadata_edit(old: str, new: str) -> Callable[[Path], None]:
         return f"{head.replace(old, new)}\n\n{body}".encode()
 
     return changing(".dist-info/METADATA", change)
+
+
+METADATA = {
+    "two names": (
+        "Name: repro-serving\n", "Name: repro-serving\nName: evil\n",
+        "Name stated 2 times (expected once: of several, one reader takes the first, another "
+        "the last; found repro-serving / evil)",
+    ),
+    "two versions": ("Requires-Python:", "Version: 9.9.9\nRequires-Python:", "Version stated 2"),
+    "two Requires-Python": (
+        "Requires-Python: >=3.11\n", "Requires-Python: >=3.11\nRequires-Python: >=3.0\n",
+        "Requires-Python stated 2 times",
+    ),
+    "no Metadata-Version": ("Metadata-Version: 2.4\n", "", "Metadata-Version stated 0 times"),
+    "a line that ends the headers early": (
+        "Requires-Python:", "an evil line\nRequires-Python:", "headers that do not parse",
+    ),
+    "another Requires-Python": (
+        "Requires-Python: >=3.11\n", "Requires-Python: >=3.0\n",
+        "Requires-Python: >=3.0 is not this repro's (expected Requires-Python: >=3.11",
+    ),
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("case", METADATA, ids=list(METADATA))
+def test_metadata_states_each_single_field_once(refused: Refused, version: str, case: str) -> None:
+    old, new, found = METADATA[case]
+    detail = refused(_metadata_edit(old, new))
+    assert f"{bundle.wheel_filename(version)}: {dist_info(version)}/METADATA: {found}" in detail
 
 
 # --- what the wheel requires: only what this repro requires --------------------------------------

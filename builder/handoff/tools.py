@@ -14,8 +14,12 @@ what was found:
   top-level package or module, no `.data/` directory (pip installs its scripts, headers and data
   outside site-packages), no `.pth` file, `sitecustomize.py` or `usercustomize.py` anywhere
   (the interpreter runs them at every start); in the dist-info only METADATA, WHEEL, RECORD,
-  entry_points.txt, top_level.txt and licenses/;
-- what it says: METADATA names repro-serving of the lock's version; WHEEL states wheel 1.0,
+  entry_points.txt, top_level.txt and, under licenses/, the license files this repro carries
+  (pyproject's `license-files`, LICENSE: no other file, whatever its name);
+- what it says: METADATA's headers parse as headers (no line that ends them early), with
+  Metadata-Version, Name and Version each stated exactly once and every other single-use field
+  of the core metadata at most once (of two, one reader takes the first, another the last),
+  and name repro-serving of the lock's version; WHEEL states wheel 1.0,
   `Root-Is-Purelib: true` and the one tag `py3-none-any`; entry_points.txt is exactly repro's
   (`repro = repro_serving.builder.cli:main` under [console_scripts], nothing else);
   top_level.txt names repro_serving; RECORD lists every other member once, with its sha256
@@ -117,7 +121,28 @@ WHEEL_FIELDS: Final = {"Wheel-Version": "1.0", "Root-Is-Purelib": "true", "Tag":
 DIST_INFO_FILES: Final = frozenset(
     {"METADATA", "WHEEL", "RECORD", "entry_points.txt", "top_level.txt"}
 )
+LICENSES: Final = "licenses/"
+"""The folder of a dist-info that holds the license files its METADATA's License-File names."""
 STARTUP_FILES: Final = frozenset({"sitecustomize.py", "usercustomize.py"})
+ONCE: Final = ("Metadata-Version", "Name", "Version")
+"""METADATA's fields that every wheel states, each exactly once."""
+AT_MOST_ONCE: Final = (
+    "Summary",
+    "Description",
+    "Description-Content-Type",
+    "Keywords",
+    "Home-page",
+    "Download-URL",
+    "Author",
+    "Author-email",
+    "Maintainer",
+    "Maintainer-email",
+    "License",
+    "License-Expression",
+    "Requires-Python",
+)
+"""The other single-use fields of the core metadata: a reader takes one of several, which
+another reader may not."""
 FIRST_PIN_LINE: Final = 5
 """The line of requirements.txt its first pin is on, below the four lines of its header."""
 _NATIVE = re.compile(r"\.(so|pyd|dll|dylib)(\.|$)")
@@ -303,26 +328,30 @@ def layout_problem(data: bytes, infos: tuple[zipfile.ZipInfo, ...]) -> str | Non
 
 
 def wheel_problems(wheel: _Wheel, version: str, own: _Own) -> list[str]:
-    problems = _member_problems(wheel)
+    problems = _member_problems(wheel, frozenset(own.stated.license_files))
     problems += _dist_info_problems(wheel, version, own)
     problems += _record_problems(wheel)
     problems += _source_problems(wheel, version, own.version)
     return problems
 
 
-def _member_problems(wheel: _Wheel) -> list[str]:
+def _member_problems(wheel: _Wheel, licenses: frozenset[str]) -> list[str]:
     problems = []
     seen: Counter[str] = Counter(info.orig_filename.casefold() for info in wheel.infos)
     files = {info.orig_filename for info in wheel.infos}
     for info in wheel.infos:
-        problem = _member_problem(info, wheel.dist_info, seen, files)
+        problem = _member_problem(info, wheel.dist_info, seen, files, licenses)
         if problem is not None:
             problems.append(f"{wheel.where}: {info.orig_filename!r}: {problem}")
     return problems
 
 
 def _member_problem(
-    info: zipfile.ZipInfo, dist_info: str, seen: Mapping[str, int], files: set[str]
+    info: zipfile.ZipInfo,
+    dist_info: str,
+    seen: Mapping[str, int],
+    files: set[str],
+    licenses: frozenset[str],
 ) -> str | None:
     name = info.orig_filename  # as the archive writes it: zipfile cuts `filename` at a NUL
     if len(name) > NAME_LIMIT:
@@ -362,9 +391,12 @@ def _member_problem(
         )
     if top == dist_info:
         inner = name[len(dist_info) + 1 :]
-        if inner not in DIST_INFO_FILES and not inner.startswith("licenses/"):
+        if inner.startswith(LICENSES) and inner.removeprefix(LICENSES) not in licenses:
+            shown = ", ".join(LICENSES + name for name in sorted(licenses)) or "none"
+            return f"not a license file of repro (expected {shown} alone under {LICENSES})"
+        if inner not in DIST_INFO_FILES and not inner.startswith(LICENSES):
             allowed = ", ".join(sorted(DIST_INFO_FILES))
-            return f"not a file of repro's dist-info (expected {allowed} or licenses/)"
+            return f"not a file of repro's dist-info (expected {allowed} or {LICENSES})"
         return None
     if top != release.PACKAGE:
         what = "module" if "/" not in name else "package"
@@ -411,17 +443,42 @@ def _dist_info_problems(wheel: _Wheel, version: str, own: _Own) -> list[str]:
 
 
 def _metadata_problems(headers: Message, where: str, version: str, own: _Own) -> list[str]:
-    """METADATA names repro of `version` and requires what this repro requires, no other
-    thing."""
+    """METADATA's headers parse as headers, its single-use fields are stated once, it names
+    repro of `version`, and it requires what this repro requires, no other thing."""
+    if headers.defects:
+        defects = ", ".join(type(defect).__name__ for defect in headers.defects)
+        return [
+            _problem(
+                where,
+                "headers that do not parse as headers",
+                expected="one `Field: value` per line up to the first blank line",
+                found=defects,
+            )
+        ]
     problems = []
-    found = (normalize(headers.get("Name", "")), headers.get_all("Version") or [])
-    if found != (PROJECT, [version]):
+    stated = Counter(key.casefold() for key in headers)
+    for field in (*ONCE, *AT_MOST_ONCE):
+        count = stated[field.casefold()]
+        if count > 1 or (count == 0 and field in ONCE):
+            values = " / ".join(map(str, headers.get_all(field) or ())) or "none"
+            problems.append(
+                _problem(
+                    where,
+                    f"{field} stated {count} times",
+                    expected="once: of several, one reader takes the first, another the last",
+                    found=values[:200],
+                )
+            )
+    if problems:
+        return problems
+    name, found = str(headers["Name"]), str(headers["Version"])
+    if (normalize(name), found) != (PROJECT, version):
         problems.append(
             _problem(
                 where,
                 "another distribution or version",
                 expected=f"Name {PROJECT}, Version {version}",
-                found=f"Name {headers.get('Name')}, Version {', '.join(found[1]) or 'none'}",
+                found=f"Name {name}, Version {found}",
             )
         )
     return problems + _requires_problems(headers, where, version, own)
