@@ -25,6 +25,7 @@ import shutil
 import warnings
 import zipfile
 from collections.abc import Callable, Iterator
+from importlib import metadata
 from pathlib import Path
 from typing import Any
 
@@ -34,12 +35,14 @@ from conftest import REPO_ROOT
 
 from repro_serving.builder.build import staged_readme
 from repro_serving.builder.cli import main
+from repro_serving.builder.handoff import tools
 from repro_serving.builder.observe import release
 from repro_serving.builder.observe.python import normalize
 from repro_serving.builder.observe.tools import (
     ToolRequirements,
     build_wheel,
     dependency_closure,
+    own_stated,
     wheel_requires,
 )
 from repro_serving.builder.sealing import bundle, statement
@@ -377,6 +380,10 @@ MEMBERS = {
     ),
     "an extension module shadowing one": ("repro_serving/builder/cli.abi3.so", "native code"),
     "another file in the dist-info": ("repro_serving-{v}.dist-info/direct_url.json", "dist-info"),
+    "a module among the license files": (
+        "repro_serving-{v}.dist-info/licenses/evil.py",
+        "not a license file of repro (expected licenses/LICENSE alone under licenses/)",
+    ),
     # names
     "a '..' part": ("repro_serving/../evil.py", "a '..' part"),
     "an absolute path": ("/tmp/evil.py", "an absolute path"),
@@ -434,6 +441,201 @@ def test_a_dist_info_other_than_repros_is_refused_by_name(
     detail = refused(changing(f".dist-info/{member}", lambda _: text.encode()))
     assert f"{bundle.wheel_filename(version)}: {dist_info(version)}/{member}: " in detail
     assert found in detail
+
+
+def _metadata_edit(old: str, new: str) -> Callable[[Path], None]:
+    """METADATA with `old` (a line of its headers, once) written as `new`."""
+
+    def change(data: bytes) -> bytes:
+        text = data.decode()
+        head, _, body = text.partition("\n\n")
+        assert head.count(old) == 1, old
+        return f"{head.replace(old, new)}\n\n{body}".encode()
+
+    return changing(".dist-info/METADATA", change)
+
+
+METADATA = {
+    "two names": (
+        "Name: repro-serving\n", "Name: repro-serving\nName: evil\n",
+        "Name stated 2 times (expected once: of several, one reader takes the first, another "
+        "the last; found repro-serving / evil)",
+    ),
+    "two versions": ("Requires-Python:", "Version: 9.9.9\nRequires-Python:", "Version stated 2"),
+    "two Requires-Python": (
+        "Requires-Python: >=3.11\n", "Requires-Python: >=3.11\nRequires-Python: >=3.0\n",
+        "Requires-Python stated 2 times",
+    ),
+    "no Metadata-Version": ("Metadata-Version: 2.4\n", "", "Metadata-Version stated 0 times"),
+    "a line that ends the headers early": (
+        "Requires-Python:", "an evil line\nRequires-Python:", "headers that do not parse",
+    ),
+    "another Requires-Python": (
+        "Requires-Python: >=3.11\n", "Requires-Python: >=3.0\n",
+        "Requires-Python: >=3.0 is not this repro's (expected Requires-Python: >=3.11",
+    ),
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("case", METADATA, ids=list(METADATA))
+def test_metadata_states_each_single_field_once(refused: Refused, version: str, case: str) -> None:
+    old, new, found = METADATA[case]
+    detail = refused(_metadata_edit(old, new))
+    assert f"{bundle.wheel_filename(version)}: {dist_info(version)}/METADATA: {found}" in detail
+
+
+# --- what the wheel requires: only what this repro requires --------------------------------------
+
+SHA_E = "e" * 64
+
+
+def both(*edits: Callable[[Path], None]) -> Callable[[Path], None]:
+    def edit(root: Path) -> None:
+        for one in edits:
+            one(root)
+
+    return edit
+
+
+def test_this_repro_states_what_its_wheel_requires(own_wheel: Path) -> None:
+    """What the verifier holds a wheel to is what `build_wheel` writes into this checkout's."""
+    stated = own_stated()
+    assert stated.requires_dist == wheel_requires(own_wheel)
+    with zipfile.ZipFile(own_wheel) as archive:
+        names = archive.namelist()
+    licenses = [name.split("/licenses/", 1)[1] for name in names if "/licenses/" in name]
+    assert licenses == list(stated.license_files)
+
+
+def test_a_requirement_this_repro_does_not_have_is_refused(refused: Refused, version: str) -> None:
+    """METADATA gains a requirement and requirements.txt pins it: the launcher would install a
+    package repro never required."""
+    detail = refused(
+        both(
+            _metadata_edit(
+                "Requires-Dist: matplotlib>=3.10\n",
+                "Requires-Dist: matplotlib>=3.10\nRequires-Dist: evilpkg>=1\n",
+            ),
+            requirements_edit(
+                lambda lines: _inserted(lines, f"evilpkg==1.0.0 --hash=sha256:{SHA_E}")
+            ),
+        )
+    )
+    where = f"{bundle.wheel_filename(version)}: {dist_info(version)}/METADATA"
+    assert (
+        f"{where}: Requires-Dist: evilpkg>=1 is not a requirement of this repro {version} "
+        "(expected only this repro's requirements: this repro requires no evilpkg; found "
+        "evilpkg>=1): this repro, of the same version, requires otherwise"
+    ) in detail, detail
+    assert "evilpkg is pinned but required by nothing repro needs" in detail
+
+
+def test_a_typosquatted_requirement_is_refused(refused: Refused, version: str) -> None:
+    def squatted(lines: list[str]) -> list[str]:
+        return _swap(
+            lines, "pyelftools", lines[pin_line(lines, "pyelftools")].replace("ls=", "lz=")
+        )
+
+    detail = refused(
+        both(
+            _metadata_edit("Requires-Dist: pyelftools>=", "Requires-Dist: pyelftoolz>="),
+            requirements_edit(squatted),
+        )
+    )
+    assert (
+        "METADATA: Requires-Dist: pyelftoolz>=0.31 is not a requirement of this repro "
+        f"{version} (expected only this repro's requirements: this repro requires no pyelftoolz"
+    ) in detail, detail
+    assert "pyelftoolz is pinned but required by nothing repro needs" in detail
+
+
+def test_a_loosened_requirement_admits_no_older_version(
+    refused: Refused, base: Path, version: str
+) -> None:
+    """`cryptography>=42` loosened to `>=0` and pinned at an old version by a hash of the
+    forger's (the lock pins no such wheel): the METADATA line is refused, and the pin by this
+    repro's specifier."""
+    old = f"cryptography==3.2 --hash=sha256:{SHA_E}"
+    detail = refused(
+        both(
+            _metadata_edit("Requires-Dist: cryptography>=42", "Requires-Dist: cryptography>=0"),
+            requirements_edit(lambda lines: _swap(lines, "cryptography", old)),
+        )
+    )
+    assert (
+        "METADATA: Requires-Dist: cryptography>=0 is not a requirement of this repro "
+        f"{version} (expected only this repro's requirements: this repro requires "
+        "cryptography>=42 instead; found cryptography>=0)"
+    ) in detail, detail
+    line = pin_line((base / REQUIREMENTS).read_text().splitlines(), "cryptography") + 1
+    assert (
+        f"{REQUIREMENTS}:{line}: cryptography==3.2 is not what repro requires (expected "
+        "cryptography>=42; found 3.2)"
+    ) in detail
+
+
+def test_another_versions_requirements_name_the_repro_to_verify_with(
+    base: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str], version: str
+) -> None:
+    """A repro of another labelled tree that requires what this one does not (as the committed
+    tiny-cpu bundles' repro requires prometheus_client): this repro cannot judge what that one
+    would install, refuses it, and says which repro can."""
+    other: list[str] = []
+
+    def other_tree(root: Path) -> None:
+        _metadata_edit(
+            "Requires-Dist: matplotlib>=3.10\n",
+            "Requires-Dist: matplotlib>=3.10\nRequires-Dist: prometheus_client>=0.20\n",
+        )(root)
+        changing("repro_serving/builder/cli.py", lambda d: d + b"\n# another tree\n")(root)
+        with zipfile.ZipFile(wheel_of(root)) as archive:
+            files = {n: archive.read(n) for n in archive.namelist() if release.is_package_member(n)}
+        other.append(release.labelled(version.partition("+")[0], release.files_digest(files)))
+        relabel(root, other[0])
+        pin = f"prometheus_client==0.20.0 --hash=sha256:{SHA_E}"
+        requirements_edit(lambda lines: _inserted(lines, pin))(root)
+
+    code, failed = verified(resealed(base, tmp_path, other_tree, MANIFESTS[LAGUNA]), capsys)
+    assert code == 1 and list(failed) == [tools_claim(other[0])]
+    detail = failed[tools_claim(other[0])]["detail"]
+    assert (
+        "METADATA: Requires-Dist: prometheus_client>=0.20 is not a requirement of this repro "
+        f"{version} (expected only this repro's requirements: this repro requires "
+        'prometheus_client>=0.20; extra == "dev" instead; found prometheus_client>=0.20): a '
+        f"repro of another version may require otherwise, which this repro {version} cannot "
+        f"judge: verify with repro {other[0]}"
+    ) in detail, detail
+
+
+def test_a_pin_is_a_version_what_pulls_it_in_admits(refused: Refused, base: Path) -> None:
+    """pydantic, pinned at the version installed here, requires `annotated-types>=0.6.0`: a pin
+    of an older one is refused, naming the requirement."""
+    lines = (base / REQUIREMENTS).read_text().splitlines()
+    pydantic = lines[pin_line(lines, "pydantic")].split(" ")[0]
+    if pydantic != f"pydantic=={metadata.version('pydantic')}":
+        pytest.skip(f"{pydantic} is not the pydantic installed here")
+    old = f"annotated-types==0.1.0 --hash=sha256:{SHA}"
+    detail = refused(requirements_edit(lambda lines: _swap(lines, "annotated-types", old)))
+    line = pin_line(lines, "annotated-types") + 1
+    assert (
+        f"{REQUIREMENTS}:{line}: annotated-types==0.1.0 is not what {pydantic} requires "
+        "(annotated-types>=0.6.0)"
+    ) in detail, detail
+
+
+def test_a_dependency_not_installed_here_is_refused_not_let_through(
+    base: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, version: str
+) -> None:
+    """What a dependency requires is read from it installed beside this repro: where it is not,
+    the closure is unknown and the tools are refused, naming it (they were accepted)."""
+    installed = tools.installed_here()
+    kept = {name: found for name, found in installed.items() if name != "pydantic-core"}
+    monkeypatch.setattr(tools, "installed_here", lambda: kept)
+    code, failed = verified(base, capsys)
+    assert code == 1 and list(failed) == [tools_claim(version)]
+    detail = failed[tools_claim(version)]["detail"]
+    assert "pydantic-core, which pydantic requires (pydantic-core==" in detail, detail
+    assert "is not installed beside this repro" in detail
 
 
 # --- requirements.txt -------------------------------------------------------------------------

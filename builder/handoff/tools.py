@@ -14,12 +14,23 @@ what was found:
   top-level package or module, no `.data/` directory (pip installs its scripts, headers and data
   outside site-packages), no `.pth` file, `sitecustomize.py` or `usercustomize.py` anywhere
   (the interpreter runs them at every start); in the dist-info only METADATA, WHEEL, RECORD,
-  entry_points.txt, top_level.txt and licenses/;
-- what it says: METADATA names repro-serving of the lock's version; WHEEL states wheel 1.0,
+  entry_points.txt, top_level.txt and, under licenses/, the license files this repro carries
+  (pyproject's `license-files`, LICENSE: no other file, whatever its name);
+- what it says: METADATA's headers parse as headers (no line that ends them early), with
+  Metadata-Version, Name and Version each stated exactly once and every other single-use field
+  of the core metadata at most once (of two, one reader takes the first, another the last),
+  and name repro-serving of the lock's version; WHEEL states wheel 1.0,
   `Root-Is-Purelib: true` and the one tag `py3-none-any`; entry_points.txt is exactly repro's
   (`repro = repro_serving.builder.cli:main` under [console_scripts], nothing else);
   top_level.txt names repro_serving; RECORD lists every other member once, with its sha256
   and size, and nothing else;
+- what it requires: only what this repro requires. Each Requires-Dist of METADATA is one of
+  this repro's own (`builder.observe.tools.own_stated`: a checkout's pyproject.toml as
+  setuptools writes it, an installed repro's METADATA), the same name, extras, specifier and
+  marker once normalised, and Requires-Python is its own. A repro of another version may
+  require otherwise, rightly; but what it would then have installed cannot be judged by this
+  one, so it is refused (fail closed), naming the line, what this repro requires instead and
+  the repro to verify with: `verify with repro <its version>`;
 - its version names its files: `<release>+g<12 hex>`, the digest of the files under
   repro_serving/ (`builder.observe.release`); an unlabelled version (a bundle sealed before
   the label) names no source and is refused. Where the repro that verifies has that very
@@ -34,11 +45,25 @@ for the platform the lock states (its host's `<os>-<arch>`, as `sysconfig.get_pl
 says it) and, for a built bundle, the release series of the lock's interpreter (an imported
 record's interpreter is the record's, not where its tools run: any series the wheel's
 Requires-Python admits). It pins every Requires-Dist of the wheel whose marker holds there, at
-a version its specifier admits, never repro itself, and, where the lock pins a wheel of the same
-distribution and version for that interpreter and platform, with that wheel's sha256. Whether
-the package index serves those bytes is for the launcher's pip to find out: nothing here asks
-it. Every read is bounded (`WHEEL_LIMIT`, `MEMBER_LIMIT`): a broken archive or a bomb is a
-refusal, never a traceback.
+a version its specifier and this repro's specifier of it admit, never repro itself, and, where
+the lock pins a wheel of the same distribution and version for that interpreter and platform,
+with that wheel's sha256. It pins nothing else than the closure `build` pins: from the wheel's
+requirements that this repro shares, what each distribution installed beside this repro
+requires, markers evaluated where the tools run, no extra, read in one pass over what is
+installed (the verifier's own requirements are what it runs on, so they are there). A
+distribution of that closure that is not installed here is refused by name, its requirements
+unknown, never let through. A pin that a distribution installed here at its pinned version
+requires is at a version that distribution's specifier admits.
+
+What cannot be judged here, and is not claimed: the files of a wheel of another version than
+this repro's are its signer's code, checked for their form alone (the rules above; the label
+names them, it does not vouch for them). The pinned wheels are not in the bundle: what each
+requires at its pinned version is read from the distribution installed here, which may be of
+another version (then its specifiers are not judged; the launcher's `pip check` judges them
+where the tools are installed); a pin's sha256 is judged only where the lock pins the same
+wheel, and whether the package index serves those bytes is for the launcher's pip to find out:
+nothing here asks it. Every read is bounded (`WHEEL_LIMIT`, `MEMBER_LIMIT`): a broken archive or
+a bomb is a refusal, never a traceback.
 """
 
 from __future__ import annotations
@@ -54,10 +79,11 @@ import struct
 import zipfile
 import zlib
 from collections import Counter
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from email.message import Message
 from email.parser import HeaderParser
+from functools import cached_property
 from importlib import metadata
 from pathlib import Path, PurePosixPath
 from typing import Final
@@ -74,7 +100,7 @@ from repro_serving.builder.lock import EvidenceClass, Lock
 from repro_serving.builder.observe import release
 from repro_serving.builder.observe.installed import installed_members
 from repro_serving.builder.observe.python import normalize
-from repro_serving.builder.observe.tools import PROJECT, ToolRequirements
+from repro_serving.builder.observe.tools import PROJECT, Pin, Stated, ToolRequirements, own_stated
 from repro_serving.builder.sealing.bundle import (
     REQUIREMENTS_FILE,
     TOOLS_DIR,
@@ -95,7 +121,28 @@ WHEEL_FIELDS: Final = {"Wheel-Version": "1.0", "Root-Is-Purelib": "true", "Tag":
 DIST_INFO_FILES: Final = frozenset(
     {"METADATA", "WHEEL", "RECORD", "entry_points.txt", "top_level.txt"}
 )
+LICENSES: Final = "licenses/"
+"""The folder of a dist-info that holds the license files its METADATA's License-File names."""
 STARTUP_FILES: Final = frozenset({"sitecustomize.py", "usercustomize.py"})
+ONCE: Final = ("Metadata-Version", "Name", "Version")
+"""METADATA's fields that every wheel states, each exactly once."""
+AT_MOST_ONCE: Final = (
+    "Summary",
+    "Description",
+    "Description-Content-Type",
+    "Keywords",
+    "Home-page",
+    "Download-URL",
+    "Author",
+    "Author-email",
+    "Maintainer",
+    "Maintainer-email",
+    "License",
+    "License-Expression",
+    "Requires-Python",
+)
+"""The other single-use fields of the core metadata: a reader takes one of several, which
+another reader may not."""
 FIRST_PIN_LINE: Final = 5
 """The line of requirements.txt its first pin is on, below the four lines of its header."""
 _NATIVE = re.compile(r"\.(so|pyd|dll|dylib)(\.|$)")
@@ -113,6 +160,14 @@ UNREADABLE_ZIP = (  # what zipfile raises on an archive it cannot read, whatever
 )
 """What Python's zipfile raises on an archive it cannot read (truncated, corrupt, encrypted, of
 a method it lacks)."""
+
+
+@dataclass(frozen=True)
+class _Own:
+    """The repro that verifies: its version and what it states of itself in its wheel."""
+
+    version: str | None
+    stated: Stated
 
 
 @dataclass(frozen=True)
@@ -135,15 +190,30 @@ def tools_check(bundle: Path, lock: Lock) -> ClaimCheck:
     except ReproError as error:
         detail = _one_line(error, where if error.where == str(bundle / where) else None)
         return ClaimCheck(claim, EvidenceClass.SEALED, "unreadable", False, detail)
+    try:
+        own = _Own(_own_version(), own_stated())
+    except ReproError as error:
+        detail = "what this repro requires is unknown, so is what tools/ may install: "
+        return ClaimCheck(
+            claim, EvidenceClass.SEALED, "unjudged", False, (detail + _one_line(error))[:600]
+        )
     wheel = _read_wheel(bundle / TOOLS_DIR / wheel_filename(version), version)
-    problems = wheel_problems(wheel, version) if isinstance(wheel, _Wheel) else [wheel]
+    problems = wheel_problems(wheel, version, own) if isinstance(wheel, _Wheel) else [wheel]
     headers = _metadata(wheel) if isinstance(wheel, _Wheel) else None
-    problems += requirements_problems(requirements, lock, version, headers)
+    problems += requirements_problems(requirements, lock, version, headers, own)
     value = (
         f"{len(requirements.pins)} dependencies for Python {requirements.python} on "
         f"{requirements.platform}"
     )
     return ClaimCheck(claim, EvidenceClass.SEALED, value, not problems, "; ".join(problems)[:600])
+
+
+def _own_version() -> str | None:
+    """The version of the repro that verifies; None where its files cannot be read."""
+    try:
+        return release.repro_version()
+    except ReproError:
+        return None
 
 
 def _one_line(error: ReproError, where: str | None = None) -> str:
@@ -257,27 +327,31 @@ def layout_problem(data: bytes, infos: tuple[zipfile.ZipInfo, ...]) -> str | Non
     return None
 
 
-def wheel_problems(wheel: _Wheel, version: str) -> list[str]:
-    problems = _member_problems(wheel)
-    problems += _dist_info_problems(wheel, version)
+def wheel_problems(wheel: _Wheel, version: str, own: _Own) -> list[str]:
+    problems = _member_problems(wheel, frozenset(own.stated.license_files))
+    problems += _dist_info_problems(wheel, version, own)
     problems += _record_problems(wheel)
-    problems += _source_problems(wheel, version)
+    problems += _source_problems(wheel, version, own.version)
     return problems
 
 
-def _member_problems(wheel: _Wheel) -> list[str]:
+def _member_problems(wheel: _Wheel, licenses: frozenset[str]) -> list[str]:
     problems = []
     seen: Counter[str] = Counter(info.orig_filename.casefold() for info in wheel.infos)
     files = {info.orig_filename for info in wheel.infos}
     for info in wheel.infos:
-        problem = _member_problem(info, wheel.dist_info, seen, files)
+        problem = _member_problem(info, wheel.dist_info, seen, files, licenses)
         if problem is not None:
             problems.append(f"{wheel.where}: {info.orig_filename!r}: {problem}")
     return problems
 
 
 def _member_problem(
-    info: zipfile.ZipInfo, dist_info: str, seen: Mapping[str, int], files: set[str]
+    info: zipfile.ZipInfo,
+    dist_info: str,
+    seen: Mapping[str, int],
+    files: set[str],
+    licenses: frozenset[str],
 ) -> str | None:
     name = info.orig_filename  # as the archive writes it: zipfile cuts `filename` at a NUL
     if len(name) > NAME_LIMIT:
@@ -317,9 +391,12 @@ def _member_problem(
         )
     if top == dist_info:
         inner = name[len(dist_info) + 1 :]
-        if inner not in DIST_INFO_FILES and not inner.startswith("licenses/"):
+        if inner.startswith(LICENSES) and inner.removeprefix(LICENSES) not in licenses:
+            shown = ", ".join(LICENSES + name for name in sorted(licenses)) or "none"
+            return f"not a license file of repro (expected {shown} alone under {LICENSES})"
+        if inner not in DIST_INFO_FILES and not inner.startswith(LICENSES):
             allowed = ", ".join(sorted(DIST_INFO_FILES))
-            return f"not a file of repro's dist-info (expected {allowed} or licenses/)"
+            return f"not a file of repro's dist-info (expected {allowed} or {LICENSES})"
         return None
     if top != release.PACKAGE:
         what = "module" if "/" not in name else "package"
@@ -338,7 +415,7 @@ def _metadata(wheel: _Wheel) -> Message | None:
     return HeaderParser().parsestr(text.split("\n\n", 1)[0])
 
 
-def _dist_info_problems(wheel: _Wheel, version: str) -> list[str]:
+def _dist_info_problems(wheel: _Wheel, version: str, own: _Own) -> list[str]:
     where = f"{wheel.where}: {wheel.dist_info}"
     problems = [
         f"{where}/{name}: missing (expected in every wheel)"
@@ -349,16 +426,7 @@ def _dist_info_problems(wheel: _Wheel, version: str) -> list[str]:
     if headers is None and f"{wheel.dist_info}/METADATA" in wheel.contents:
         problems.append(f"{where}/METADATA: not UTF-8 (expected the metadata setuptools writes)")
     if headers is not None:
-        found = (normalize(headers.get("Name", "")), headers.get_all("Version") or [])
-        if found != (PROJECT, [version]):
-            problems.append(
-                _problem(
-                    f"{where}/METADATA",
-                    "another distribution or version",
-                    expected=f"Name {PROJECT}, Version {version}",
-                    found=f"Name {headers.get('Name')}, Version {', '.join(found[1]) or 'none'}",
-                )
-            )
+        problems += _metadata_problems(headers, f"{where}/METADATA", version, own)
     problems += _wheel_file_problems(wheel, where)
     problems += _entry_point_problems(wheel, where)
     top_level = wheel.contents.get(f"{wheel.dist_info}/top_level.txt")
@@ -372,6 +440,126 @@ def _dist_info_problems(wheel: _Wheel, version: str) -> list[str]:
             )
         )
     return problems
+
+
+def _metadata_problems(headers: Message, where: str, version: str, own: _Own) -> list[str]:
+    """METADATA's headers parse as headers, its single-use fields are stated once, it names
+    repro of `version`, and it requires what this repro requires, no other thing."""
+    if headers.defects:
+        defects = ", ".join(type(defect).__name__ for defect in headers.defects)
+        return [
+            _problem(
+                where,
+                "headers that do not parse as headers",
+                expected="one `Field: value` per line up to the first blank line",
+                found=defects,
+            )
+        ]
+    problems = []
+    stated = Counter(key.casefold() for key in headers)
+    for field in (*ONCE, *AT_MOST_ONCE):
+        count = stated[field.casefold()]
+        if count > 1 or (count == 0 and field in ONCE):
+            values = " / ".join(map(str, headers.get_all(field) or ())) or "none"
+            problems.append(
+                _problem(
+                    where,
+                    f"{field} stated {count} times",
+                    expected="once: of several, one reader takes the first, another the last",
+                    found=values[:200],
+                )
+            )
+    if problems:
+        return problems
+    name, found = str(headers["Name"]), str(headers["Version"])
+    if (normalize(name), found) != (PROJECT, version):
+        problems.append(
+            _problem(
+                where,
+                "another distribution or version",
+                expected=f"Name {PROJECT}, Version {version}",
+                found=f"Name {name}, Version {found}",
+            )
+        )
+    return problems + _requires_problems(headers, where, version, own)
+
+
+def _requires_problems(headers: Message, where: str, version: str, own: _Own) -> list[str]:
+    """The wheel requires only what this repro requires: each Requires-Dist one of this repro's
+    own, with the same name, extras, specifier and marker, and Requires-Python its own. A repro
+    of another version may require otherwise: what that would install cannot be told from
+    here, so it is refused, saying which repro can judge it."""
+    this = f"this repro {own.version}" if own.version else "this repro"
+    if own.version == version:
+        remedy = "this repro, of the same version, requires otherwise: its METADATA is not repro's"
+    else:
+        remedy = (
+            f"a repro of another version may require otherwise, which {this} cannot judge: "
+            f"verify with repro {version}"
+        )
+    ours: dict[tuple[object, ...], str] = {}
+    by_name: dict[str, list[str]] = {}
+    for text in own.stated.requires_dist:
+        requirement = Requirement(text)
+        ours[_requirement_key(requirement)] = text
+        by_name.setdefault(normalize(requirement.name), []).append(text)
+    problems = []
+    for text in map(str, headers.get_all("Requires-Dist") or ()):
+        try:
+            requirement = Requirement(text)
+        except InvalidRequirement:
+            continue  # refused as such by _required_problems
+        if _requirement_key(requirement) in ours:
+            continue
+        instead = by_name.get(normalize(requirement.name))
+        requires = (
+            f"this repro requires {' and '.join(instead)} instead"
+            if instead
+            else f"this repro requires no {requirement.name}"
+        )
+        problems.append(
+            _problem(
+                where,
+                f"Requires-Dist: {text} is not a requirement of {this}",
+                expected=f"only this repro's requirements: {requires}",
+                found=text,
+            )
+            + f": {remedy}"
+        )
+    python = headers.get("Requires-Python")
+    theirs = None if python is None else str(python)
+    if _specifier(theirs) != _specifier(own.stated.requires_python):
+        problems.append(
+            _problem(
+                where,
+                f"Requires-Python: {theirs or 'none'} is not this repro's",
+                expected=f"Requires-Python: {own.stated.requires_python or 'none'}",
+                found=theirs or "none",
+            )
+            + f": {remedy}"
+        )
+    return problems
+
+
+def _requirement_key(requirement: Requirement) -> tuple[object, ...]:
+    """A requirement as compared: its normalised name and extras, its specifier (`>=42` is
+    `>=42.0`), its URL and its marker as packaging writes it."""
+    return (
+        normalize(requirement.name),
+        frozenset(normalize(extra) for extra in requirement.extras),
+        requirement.specifier,
+        requirement.url,
+        None if requirement.marker is None else str(requirement.marker),
+    )
+
+
+def _specifier(text: str | None) -> SpecifierSet | str | None:
+    if text is None:
+        return None
+    try:
+        return SpecifierSet(text)
+    except InvalidSpecifier:
+        return text
 
 
 def _wheel_file_problems(wheel: _Wheel, where: str) -> list[str]:
@@ -455,7 +643,7 @@ def _row_problem(row: list[str], contents: Mapping[str, bytes]) -> str | None:
     return None
 
 
-def _source_problems(wheel: _Wheel, version: str) -> list[str]:
+def _source_problems(wheel: _Wheel, version: str, own: str | None) -> list[str]:
     """Its version names its files: the label is their digest, and the wheel holds what the
     repro that verifies would pack where it has that very version."""
     package = {
@@ -473,10 +661,6 @@ def _source_problems(wheel: _Wheel, version: str) -> list[str]:
                 found=version,
             )
         ]
-    try:
-        own = release.repro_version()
-    except ReproError:
-        own = None
     if own == version:
         return _compared(wheel, version)
     found = release.files_digest(package)
@@ -542,7 +726,11 @@ def _own_members(version: str) -> dict[str, bytes]:
 
 
 def requirements_problems(
-    requirements: ToolRequirements, lock: Lock, version: str, headers: Message | None
+    requirements: ToolRequirements,
+    lock: Lock,
+    version: str,
+    headers: Message | None,
+    own: _Own,
 ) -> list[str]:
     where = f"{TOOLS_DIR}/{REQUIREMENTS_FILE}"
     problems = []
@@ -565,43 +753,127 @@ def requirements_problems(
             )
     problems += _pin_problems(requirements, lock, where)
     if headers is not None:
-        problems += _required_problems(requirements, headers, where)
-        problems += _unrequired_problems(requirements, headers, where)
+        environment = _marker_environment(requirements)
+        ours = _applying(own.stated.requires_dist, environment)
+        problems += _required_problems(requirements, headers, ours, where)
+        problems += _closure_problems(requirements, headers, ours, where)
     return problems
 
 
-_EXTRA = re.compile(r"\bextra\s*==")
-"""A requirement of an extra: it holds only where the extra is asked for, and none is."""
+def _applying(requires: tuple[str, ...], environment: Mapping[str, str]) -> dict[str, SpecifierSet]:
+    """Normalised name → the specifier of this repro's requirements of it whose marker holds
+    where the tools run (none of an extra: none is asked for)."""
+    found: dict[str, SpecifierSet] = {}
+    for text in requires:
+        requirement = Requirement(text)
+        if requirement.marker is None or requirement.marker.evaluate(dict(environment)):
+            name = normalize(requirement.name)
+            found[name] = found.get(name, SpecifierSet()) & requirement.specifier
+    return found
 
 
-def _unrequired_problems(requirements: ToolRequirements, headers: Message, where: str) -> list[str]:
-    """No pin that nothing requires: `launch` installs every pin into the tools' environment,
-    so one that neither the wheel nor any distribution it needs requires is code smuggled in.
-    What each dependency requires is read from the distributions installed beside this repro
-    (a pinned wheel's own metadata is not sealed); where one of them is not installed here the
-    closure is not known and nothing is refused."""
+@dataclass(frozen=True)
+class _Installed:
+    """A distribution installed beside this repro, as importlib.metadata finds it."""
+
+    distribution: metadata.Distribution
+    headers: str | None
+    """Its METADATA up to the first blank line; None where it has none (an egg-info)."""
+
+    @cached_property
+    def stated(self) -> tuple[str, tuple[str, ...]]:
+        """Its version and its Requires-Dist, read from its headers line by line (a folded
+        line joined to the field it continues): the email parser takes a millisecond a
+        distribution, for the long License and Description fields it does not need."""
+        if self.headers is None:
+            return self.distribution.version, tuple(self.distribution.requires or ())
+        fields: list[tuple[str, str]] = []
+        for line in self.headers.splitlines():
+            if line[:1] in (" ", "\t") and fields:
+                fields[-1] = (fields[-1][0], f"{fields[-1][1]} {line.strip()}")
+            else:
+                key, _, value = line.partition(":")
+                fields.append((key.strip().casefold(), value.strip()))
+        version = next((value for key, value in fields if key == "version"), "")
+        return version, tuple(value for key, value in fields if key == "requires-dist")
+
+
+_NAME_FIELD = re.compile(r"^Name:[ \t]*(\S+)[ \t]*$", re.MULTILINE | re.IGNORECASE)
+
+
+def installed_here() -> dict[str, _Installed]:
+    """Normalised name → the distribution `importlib.metadata.distribution` finds by that name
+    (the first on sys.path), in one pass: only the name of each is read (parsing every
+    METADATA would cost about as much as the rest of the check)."""
+    found: dict[str, _Installed] = {}
+    for distribution in metadata.distributions():
+        text = distribution.read_text("METADATA")
+        headers = None if text is None else re.split(r"\r?\n\r?\n", text, maxsplit=1)[0]
+        match = _NAME_FIELD.search(headers) if headers is not None else None
+        name = match[1] if match is not None else (distribution.metadata.get_all("Name") or [""])[0]
+        if name:
+            found.setdefault(normalize(str(name)), _Installed(distribution, headers))
+    return found
+
+
+def _closure_problems(
+    requirements: ToolRequirements,
+    headers: Message,
+    ours: Mapping[str, SpecifierSet],
+    where: str,
+) -> list[str]:
+    """No pin that nothing requires, none at a version what pulls it in refuses: `launch`
+    installs every pin into the tools' environment, so one that neither repro nor anything it
+    needs requires is code smuggled in. The closure starts from the wheel's requirements that
+    this repro requires too (another is refused with the METADATA naming it) and follows what
+    each distribution installed beside this repro requires, markers evaluated where the tools
+    run, no extra (a pinned wheel's own metadata is not sealed: the installed one is read, the
+    one the verifier runs on). Where a distribution of the closure is not installed here what
+    it requires is unknown: it is refused by name, never let through. A pin pulled in by a
+    distribution installed here at its pinned version is judged by that version's specifier
+    of it too (of another version, the specifier it states is not known here)."""
     environment = _marker_environment(requirements)
+    pinned = {
+        normalize(pin.name): (line, pin)
+        for line, pin in enumerate(requirements.pins, start=FIRST_PIN_LINE)
+    }
+    installed = installed_here()
+    problems: list[str] = []
     needed: set[str] = set()
-    pending = [str(text) for text in headers.get_all("Requires-Dist") or ()]
+    pending = [
+        (PROJECT, text, requirement)
+        for text, requirement in _holding(headers.get_all("Requires-Dist") or (), environment)
+        if normalize(requirement.name) in ours
+    ]
     while pending:
-        try:
-            requirement = Requirement(pending.pop())
-            applies = requirement.marker is None or requirement.marker.evaluate(environment)
-        except (InvalidRequirement, ValueError):
-            continue  # refused as such by _required_problems
+        by, text, requirement = pending.pop()
         name = normalize(requirement.name)
-        if not applies or name in needed:
+        if by != PROJECT:
+            problems += _admitted(
+                by, text, requirement, installed=installed, pinned=pinned, where=where
+            )
+        if name in needed or name == PROJECT:
             continue
         needed.add(name)
-        try:
-            requires = metadata.requires(name) or []
-        except metadata.PackageNotFoundError:
-            return []  # its requirements are unknown here
-        # an extra's requirement holds only where the extra is asked for: none is, here
+        found = installed.get(name)
+        if found is None:
+            problems.append(
+                _problem(
+                    where,
+                    f"{requirement.name}, which {by} requires ({text}) where the tools run, is "
+                    "not installed beside this repro: what it requires in turn, so what may be "
+                    "pinned, is unknown here",
+                    expected="every distribution repro needs installed beside the repro that "
+                    "verifies: verify where repro's dependencies are installed for this "
+                    "platform and Python",
+                    found="none",
+                )
+            )
+            continue
         pending += [
-            text for text in requires if "extra ==" not in text.replace("extra==", "extra ==")
+            (name, child, required) for child, required in _holding(found.stated[1], environment)
         ]
-    return [
+    problems += [
         _problem(
             f"{where}:{line}",
             f"{pin.name} is pinned but required by nothing repro needs",
@@ -610,6 +882,65 @@ def _unrequired_problems(requirements: ToolRequirements, headers: Message, where
         )
         for line, pin in enumerate(requirements.pins, start=FIRST_PIN_LINE)
         if normalize(pin.name) not in needed
+    ]
+    return list(dict.fromkeys(problems))
+
+
+_OF_AN_EXTRA = re.compile(r"[^;]*;\s*extra\s*==\s*(\"[^\"]*\"|'[^']*')\s*")
+"""A requirement of an extra alone (`name>=1; extra == "x"`): it never holds, none is asked."""
+
+
+def _holding(
+    texts: Sequence[object], environment: Mapping[str, str]
+) -> list[tuple[str, Requirement]]:
+    """The requirements among `texts` whose marker holds in `environment` (with no extra); a
+    malformed one or one whose marker cannot be evaluated is left out (the wheel's are refused
+    as such by `_required_problems`; what it would pull in is then required by nothing)."""
+    held = []
+    for text in map(str, texts):
+        if _OF_AN_EXTRA.fullmatch(text):
+            continue  # the common form, left out unparsed: parsing takes most of the closure
+        try:
+            requirement = Requirement(text)
+            applies = requirement.marker is None or requirement.marker.evaluate(dict(environment))
+        except (InvalidRequirement, ValueError):
+            continue
+        if applies:
+            held.append((text, requirement))
+    return held
+
+
+def _admitted(
+    by: str,
+    text: str,
+    requirement: Requirement,
+    *,
+    installed: Mapping[str, _Installed],
+    pinned: Mapping[str, tuple[int, Pin]],
+    where: str,
+) -> list[str]:
+    """A pin of what `by` requires is at a version `by`'s specifier admits, where `by` is
+    installed here at the version pinned (its requirements read are then that version's)."""
+    child = pinned.get(normalize(requirement.name))
+    parent = pinned.get(by)
+    found = installed.get(by)
+    if child is None or parent is None or found is None or not _valid(child[1].version):
+        return []
+    if not (_valid(found.stated[0]) and _valid(parent[1].version)):
+        return []
+    if Version(found.stated[0]) != Version(parent[1].version):
+        return []  # what the pinned version requires is not known here
+    line, pin = child
+    if requirement.specifier.contains(pin.version, prereleases=True):
+        return []
+    return [
+        _problem(
+            f"{where}:{line}",
+            f"{pin.name}=={pin.version} is not what {parent[1].name}=={parent[1].version} "
+            f"requires ({text})",
+            expected=f"{requirement.name}{requirement.specifier}",
+            found=pin.version,
+        )
     ]
 
 
@@ -698,9 +1029,15 @@ def _valid(version: str) -> bool:
     return True
 
 
-def _required_problems(requirements: ToolRequirements, headers: Message, where: str) -> list[str]:
+def _required_problems(
+    requirements: ToolRequirements,
+    headers: Message,
+    ours: Mapping[str, SpecifierSet],
+    where: str,
+) -> list[str]:
     """Every Requires-Dist of the wheel that holds where the tools run is pinned, at a version
-    its specifier admits."""
+    its specifier admits and, where this repro requires it too, this repro's specifier (a
+    loosened requirement admits no older version)."""
     problems = []
     environment = _marker_environment(requirements)
     lines = {
@@ -746,12 +1083,19 @@ def _required_problems(requirements: ToolRequirements, headers: Message, where: 
         line, pin = found
         if not _valid(pin.version):
             continue  # refused as such by its line
-        if not requirement.specifier.contains(pin.version, prereleases=True):
+        specifiers = [requirement.specifier]
+        mine = ours.get(normalize(requirement.name))
+        if mine is not None and mine != requirement.specifier:
+            specifiers.append(mine)
+        refused = next(
+            (s for s in specifiers if not s.contains(pin.version, prereleases=True)), None
+        )
+        if refused is not None:
             problems.append(
                 _problem(
                     f"{where}:{line}",
                     f"{pin.name}=={pin.version} is not what repro requires",
-                    expected=f"{requirement.name}{requirement.specifier}",
+                    expected=f"{requirement.name}{refused}",
                     found=pin.version,
                 )
             )
