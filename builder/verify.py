@@ -887,7 +887,9 @@ def _gates_check(sealed: OpenedBundle) -> ClaimCheck:
                     f"sealed {theirs.status.value} ({theirs.summary})"
                 )
     if failed:
-        problems.append("failed: " + ", ".join(failed))
+        problems.append(
+            "failed: " + "; ".join(f"{v.gate}: {v.summary}" for v in ours if not v.passed)
+        )
     return ClaimCheck(
         "gates (every verdict recomputed)",
         EvidenceClass.SEALED,
