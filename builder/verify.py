@@ -48,7 +48,10 @@ from repro_serving.builder.observations import (
 )
 from repro_serving.builder.observations import drifts as observation_drifts
 from repro_serving.builder.observe.dispatch import DISPATCH_FILE, Probes
-from repro_serving.builder.observe.vllmargv import logged_argument_problems
+from repro_serving.builder.observe.vllmargv import (
+    logged_argument_problems,
+    logged_version_problems,
+)
 from repro_serving.builder.readers import LOCK_LIMIT, MANIFEST_LIMIT
 from repro_serving.builder.sealing import bundle
 from repro_serving.builder.sealing.bundle import KERNEL_SETS_DIR, SUITE_FILE, TEACHER_FILE
@@ -554,28 +557,24 @@ def _fresh_start_checks(sealed: OpenedBundle, first: tuple[OracleRow, ...]) -> l
 
 VLLM_DISTRIBUTION: Final = re.compile(r"vllm(-(cpu|cuda|rocm|xpu|tpu|hpu))?")
 """The distributions that install vLLM itself (not its kernels) under the lock's names."""
-LOGGED_VERSION: Final = re.compile(
-    "Initializing a V1 LLM engine \\(v(\\S+?)\\)|\u2588  version (\\S+)".encode()
-)
-"""Where vLLM logs its version: the engine's first line, the API server's banner."""
 
 
 def _log_version_problems(
     starts: Sequence[StartEvidence], packages: Mapping[str, str]
 ) -> list[str]:
-    """Every vLLM version a start's log states is the one the lock pins."""
+    """Every vLLM version a start's log states, in any of the phrasings vLLM logs it
+    (`builder.observe.vllmargv.LOGGED_VERSION`), is the one the lock pins; where no one
+    distribution pins it (vLLM served from a source tree), each log states one version."""
     pinned = [v for name, v in packages.items() if VLLM_DISTRIBUTION.fullmatch(name)]
-    if len(pinned) != 1:
-        return []  # vLLM served from a source tree, or not pinned by one distribution
-    problems = []
-    for start in starts:
-        logged = {(a or b).decode(errors="replace") for a, b in LOGGED_VERSION.findall(start.log)}
-        problems += [
-            f"{start.where}/server.log: vLLM version {version}: expected {pinned[0]}, the version "
-            "the lock pins"
-            for version in sorted(logged - {pinned[0]})
-        ]
-    return problems
+    return [
+        problem
+        for start in starts
+        for problem in logged_version_problems(
+            start.log.decode(errors="replace"),
+            f"{start.where}/server.log",
+            pinned[0] if len(pinned) == 1 else None,
+        )
+    ]
 
 
 def _consistency_checks(sealed: OpenedBundle) -> list[ClaimCheck]:
