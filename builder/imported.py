@@ -595,6 +595,8 @@ def statements(
         _decoded(run, METRICS_AFTER),
         limits=limits,
         sources=(f"run/{METRICS_BEFORE}", f"run/{METRICS_AFTER}"),
+        served_log=record.server_log,
+        log_source=f"run/{SERVER_LOG}",
     )
     uncheckable = len({*found.not_applicable, *read.not_applicable})
     created = parse_document(

@@ -600,7 +600,20 @@ def _consistency_checks(sealed: OpenedBundle) -> list[ClaimCheck]:
             problems.append(f"{where}: expected /metrics read before and after, found none")
         else:
             sources = (f"{where}/{METRICS_BEFORE}", f"{where}/{METRICS_AFTER}")
-            read = consistency.metrics_problems(rows, before, after, limits=limits, sources=sources)
+            teardown = _teardown(sealed, start)
+            log = _log(sealed, start, 0)
+            served = teardown.log_bytes if teardown is not None else None
+            served_log = log[: len(log) if served is None else served]
+            read = consistency.metrics_problems(
+                rows,
+                before,
+                after,
+                limits=limits,
+                sources=sources,
+                read_by=None if teardown is None else teardown.began_at,
+                served_log=served_log.decode(errors="replace") if log else None,
+                log_source=f"{where}/{LOG_FILE}",
+            )
             problems += read.problems
             found = consistency.Findings(
                 found.problems, (*found.not_applicable, *read.not_applicable)
@@ -753,6 +766,14 @@ def _served_by(sealed: OpenedBundle, start: int) -> tuple[float, ...]:
 def _server(sealed: OpenedBundle, start: int) -> ServerDocument:
     path = sealed.evidence(f"start-{start}/{SERVER_FILE}")
     return read_document(ServerDocument, path, what="the server's record")
+
+
+def _teardown(sealed: OpenedBundle, start: int) -> TeardownDocument | None:
+    """Rank 0's `teardown.json` of `start`; None when it is not sealed (refused elsewhere)."""
+    path = sealed.evidence(f"start-{start}") / TEARDOWN_FILE
+    if not path.is_file():
+        return None
+    return read_document(TeardownDocument, path, what="the teardown's record")
 
 
 def _log(sealed: OpenedBundle, start: int, rank: int) -> bytes:
