@@ -40,7 +40,10 @@ from repro_serving.builder.lock import (
 )
 from repro_serving.builder.manifest import Evidence, Manifest, Suite
 from repro_serving.builder.native.kernels import KERNELS_DIR, kernel_set_files, runtime_markers
-from repro_serving.builder.observe.vllmargv import logged_argument_problems
+from repro_serving.builder.observe.vllmargv import (
+    logged_argument_problems,
+    logged_version_problems,
+)
 from repro_serving.builder.readers import EVIDENCE_LIMIT, read_bytes
 from repro_serving.builder.sealing import bundle
 from repro_serving.builder.sealing.keys import SigningKey
@@ -592,6 +595,8 @@ def statements(
         _decoded(run, METRICS_AFTER),
         limits=limits,
         sources=(f"run/{METRICS_BEFORE}", f"run/{METRICS_AFTER}"),
+        served_log=record.server_log,
+        log_source=f"run/{SERVER_LOG}",
     )
     uncheckable = len({*found.not_applicable, *read.not_applicable})
     created = parse_document(
@@ -683,6 +688,7 @@ def statements(
             (
                 *(() if log.passed else (f"run/{SERVER_LOG}: {log.summary}",)),
                 *logged_argument_problems(record.server_log, argv, f"run/{SERVER_LOG}"),
+                *logged_version_problems(record.server_log, f"run/{SERVER_LOG}", None),
             ),
         ),
         Statement(

@@ -51,7 +51,10 @@ from repro_serving.builder.observations import (
 from repro_serving.builder.observations import drifts as observation_drifts
 from repro_serving.builder.observe.dispatch import DISPATCH_FILE, Probes
 from repro_serving.builder.observe.python import version_matches
-from repro_serving.builder.observe.vllmargv import logged_argument_problems
+from repro_serving.builder.observe.vllmargv import (
+    logged_argument_problems,
+    logged_version_problems,
+)
 from repro_serving.builder.readers import LOCK_LIMIT, MANIFEST_LIMIT
 from repro_serving.builder.sealing import bundle
 from repro_serving.builder.sealing.bundle import KERNEL_SETS_DIR, SUITE_FILE, TEACHER_FILE
@@ -605,28 +608,24 @@ def _fresh_start_checks(sealed: OpenedBundle, first: tuple[OracleRow, ...]) -> l
 
 VLLM_DISTRIBUTION: Final = re.compile(r"vllm(-(cpu|cuda|rocm|xpu|tpu|hpu))?")
 """The distributions that install vLLM itself (not its kernels) under the lock's names."""
-LOGGED_VERSION: Final = re.compile(
-    "Initializing a V1 LLM engine \\(v(\\S+?)\\)|\u2588  version (\\S+)".encode()
-)
-"""Where vLLM logs its version: the engine's first line, the API server's banner."""
 
 
 def _log_version_problems(
     starts: Sequence[StartEvidence], packages: Mapping[str, str]
 ) -> list[str]:
-    """Every vLLM version a start's log states is the one the lock pins."""
+    """Every vLLM version a start's log states, in any of the phrasings vLLM logs it
+    (`builder.observe.vllmargv.LOGGED_VERSION`), is the one the lock pins; where no one
+    distribution pins it (vLLM served from a source tree), each log states one version."""
     pinned = [v for name, v in packages.items() if VLLM_DISTRIBUTION.fullmatch(name)]
-    if len(pinned) != 1:
-        return []  # vLLM served from a source tree, or not pinned by one distribution
-    problems = []
-    for start in starts:
-        logged = {(a or b).decode(errors="replace") for a, b in LOGGED_VERSION.findall(start.log)}
-        problems += [
-            f"{start.where}/server.log: vLLM version {version}: expected {pinned[0]}, the version "
-            "the lock pins"
-            for version in sorted(logged - {pinned[0]})
-        ]
-    return problems
+    return [
+        problem
+        for start in starts
+        for problem in logged_version_problems(
+            start.log.decode(errors="replace"),
+            f"{start.where}/server.log",
+            pinned[0] if len(pinned) == 1 else None,
+        )
+    ]
 
 
 def _consistency_checks(sealed: OpenedBundle) -> list[ClaimCheck]:
@@ -652,7 +651,20 @@ def _consistency_checks(sealed: OpenedBundle) -> list[ClaimCheck]:
             problems.append(f"{where}: expected /metrics read before and after, found none")
         else:
             sources = (f"{where}/{METRICS_BEFORE}", f"{where}/{METRICS_AFTER}")
-            read = consistency.metrics_problems(rows, before, after, limits=limits, sources=sources)
+            teardown = _teardown(sealed, start)
+            log = _log(sealed, start, 0)
+            served = teardown.log_bytes if teardown is not None else None
+            served_log = log[: len(log) if served is None else served]
+            read = consistency.metrics_problems(
+                rows,
+                before,
+                after,
+                limits=limits,
+                sources=sources,
+                read_by=None if teardown is None else teardown.began_at,
+                served_log=served_log.decode(errors="replace") if log else None,
+                log_source=f"{where}/{LOG_FILE}",
+            )
             problems += read.problems
             found = consistency.Findings(
                 found.problems, (*found.not_applicable, *read.not_applicable)
@@ -850,6 +862,14 @@ def _server(sealed: OpenedBundle, start: int) -> ServerDocument:
     return read_document(ServerDocument, path, what="the server's record")
 
 
+def _teardown(sealed: OpenedBundle, start: int) -> TeardownDocument | None:
+    """Rank 0's `teardown.json` of `start`; None when it is not sealed (refused elsewhere)."""
+    path = sealed.evidence(f"start-{start}") / TEARDOWN_FILE
+    if not path.is_file():
+        return None
+    return read_document(TeardownDocument, path, what="the teardown's record")
+
+
 def _log(sealed: OpenedBundle, start: int, rank: int) -> bytes:
     path = rank_dir(sealed.evidence(f"start-{start}"), rank) / LOG_FILE
     return read_sealed(path, what="a server log") if path.is_file() else b""
@@ -981,7 +1001,9 @@ def _gates_check(sealed: OpenedBundle) -> ClaimCheck:
                     f"sealed {theirs.status.value} ({theirs.summary})"
                 )
     if failed:
-        problems.append("failed: " + ", ".join(failed))
+        problems.append(
+            "failed: " + "; ".join(f"{v.gate}: {v.summary}" for v in ours if not v.passed)
+        )
     return ClaimCheck(
         "gates (every verdict recomputed)",
         EvidenceClass.SEALED,

@@ -17,24 +17,43 @@ token); a first token read in the answer's read 0 has no earlier read (`first_to
 0.0). `starts_problems`: a prompt has the same `prompt_tokens` in every fresh start.
 
 Metrics (`metrics_problems`): both reads of one process (`process_start_time_seconds`, every
-counter's `_created`, none created before it), the same label sets, no counter or histogram
-sample going backwards, each read's histograms cumulative with the +Inf bucket their count, no
-request left running or waiting after the suite, and not all unchanged while the suite was
-answered; every vLLM sample labelled with the argv's served model name. Then what vLLM 0.32
-counts per request, measured equal on the committed bundles, an ngram run and a prefix-cache-hit
-run of the tiny model: `request_success` one per row (per `finished_reason` where the rows state
-it), `prompt_tokens` / `generation_tokens` and the per-request histograms' counts, sums and
-(where each row's value is known) buckets the rows', `request_params_max_tokens` each row's
-limit, the prompt tokens by source and cached, the prefix cache's queries (the rows' prompt
-tokens when `vllm:cache_config_info` says prefix caching is on, as the argv must ask, none when
-off) and hits (their cached tokens), the server's time to first token and end-to-end latency
-inside the client's times (10 ms a request of clock slack), one inter-token latency per decode
-step (exactly completion - 1 per row without speculation), and for speculative decoding with k
+counter's `_created`, none created before it, none later than the read, which was taken before
+teardown began), the same label sets, no counter or histogram sample going backwards, each
+read's histograms cumulative with the +Inf bucket their count and their sum one their buckets
+allow (each observation between its bucket's bounds, from 0 for a first bucket of a
+non-negative bound; so too the rise of the sum against the rise of the buckets), no request
+left running or waiting after the suite (by reason too; in each read the reasons sum to those
+waiting), and not all unchanged while the suite was answered; every vLLM sample labelled with
+the argv's served model name. Then what vLLM 0.32 counts per request, measured equal on the
+committed bundles, an ngram run and a prefix-cache-hit run of the tiny model: `request_success`
+one per row (per `finished_reason` where the rows state it), `prompt_tokens` /
+`generation_tokens` and the per-request histograms' counts, sums and (where each row's value is
+known) buckets the rows', `request_params_max_tokens` each row's limit, the prompt tokens by
+source and cached, the prefix cache's queries (the rows' prompt tokens when
+`vllm:cache_config_info` says prefix caching is on, as the argv must ask, none when off) and hits
+(their cached tokens), the cached prompt tokens by source summing to the hits, local and
+external (their HELP says so), no external cache query or hit and no prompt token from a KV
+transfer without a KV connector in the argv, and with prefix caching off and no KV connector no
+KV block in use once nothing runs or waits (vLLM frees a finished request's blocks before it
+states the gauges); the engine's preemptions those of the requests that finished; the server's
+time to first token and end-to-end latency inside the client's times (10 ms a request of clock
+slack); the per-request times against each other as vLLM 0.32's `stats.py` takes them (every
+phase, time per output token and inter-token latency inside the end-to-end latency; queue +
+prefill + decode inside it, queue + prefill inside the time to first token, 10 ms a request of
+slack between the server's wall clock and the engine's monotonic one; inference = prefill +
+decode and the inter-token latencies' sum = decode to 1 us an observation, measured equal to
+the last bit on every committed read; time per output token between the decode time over the
+rows' most and fewest tokens after the first); one inter-token latency per decode step
+(exactly completion - 1 per row without speculation), and for speculative decoding with k
 draft tokens: k positions, drafts <= draft tokens <= drafts x k, accepted <= draft tokens, each
 position at most the drafts, positions never rising, summing to the accepted tokens. Draft
 tokens equal to drafts x k is not an invariant: vLLM's ngram proposer drafts fewer tokens when
-its match lies near the end of the context (measured: 29 drafts of k = 3, 86 draft tokens). A
-quantity neither read exports is listed as not applicable, never invented.
+its match lies near the end of the context (measured: 29 drafts of k = 3, 86 draft tokens).
+Against the access log the server wrote while it served: each request `http_requests_total`
+counted between the reads (by handler, method and status class) has its access line, unless
+the argv turned uvicorn's access log off and the log holds none. A quantity neither read
+exports is listed as not applicable, never invented (a relation between samples the rows do not
+give, judged where a read exports its samples, is listed nowhere when none does).
 
 What these checks cannot see: a record fabricated consistently in every file (the texts, the
 counts, the counters and the histograms made to agree); whether the token ids are what the model
@@ -42,12 +61,18 @@ computes (the teacher and a replay tell); prompt texts (only their token counts 
 so neither a prompt's token count nor which earlier prompt a cache hit came from; the vocabulary,
 which the sealed evidence does not state; whether a `stop` row ended on an end-of-sequence or
 stop token; how vLLM grouped tokens into stream events (its output collector merges a late
-client's outputs, speculative or not); counters of an engine that does not export them.
+client's outputs, speculative or not); counters of an engine that does not export them; where
+in its bucket an observation lies (a sum moved within its buckets' bounds, and the per-request
+times moved together, agree); when a read was taken where the evidence states no time (an
+imported record); a KV connector configured other than by the argv (a config file); an access
+line of a request the metrics did not count, beyond the suite's (the server log gate counts
+those: exactly one POST a row, each answered 2xx).
 """
 
 from __future__ import annotations
 
 import json
+import math
 import re
 import string
 from collections import Counter, defaultdict
@@ -60,6 +85,7 @@ from repro_serving.builder.errors import BadInput
 from repro_serving.builder.manifest import ENDPOINTS, Suite
 from repro_serving.builder.observe.vllmargv import flag_name, flag_value
 from repro_serving.launch.evidence import OracleRow
+from repro_serving.launch.gates import AccessLine, access_lines
 from repro_serving.launch.metrics import LabelSet, Samples, families, samples
 
 FINISH_REASONS: Final = ("stop", "length")
@@ -73,6 +99,7 @@ SPEC_COUNTERS: Final = (
     "vllm:spec_decode_num_accepted_tokens_total",
 )
 PER_POSITION: Final = "vllm:spec_decode_num_accepted_tokens_per_pos_total"
+PROCESS_START: Final = "process_start_time_seconds"
 HTTP_REQUESTS: Final = "http_requests_total"
 """The API server's HTTP instrumentation: requests by handler, method and status class."""
 PER_REQUEST_HISTOGRAMS: Final = (
@@ -86,6 +113,11 @@ PER_REQUEST_HISTOGRAMS: Final = (
     "vllm:request_num_preemptions",
 )
 """Histograms vLLM 0.32 observes once per finished request, whose sums the rows cannot give."""
+KV_CONNECTOR: Final = ("--kv-transfer-config", "--kv-offloading-size")
+"""Arguments that give the engine a KV connector, and with it KV from outside its own cache."""
+UVICORN_LOG_LEVEL: Final = "--uvicorn-log-level"
+ACCESS_LOG_LEVELS: Final = ("trace", "debug", "info")
+"""uvicorn log levels at which its access log is written (it logs each request at info)."""
 MOST_TOKENS: Final = 2**40
 """Beyond any context a model serves: a larger --max-model-len is no length."""
 MOST_DRAFT_TOKENS: Final = 4096
@@ -119,6 +151,12 @@ class Limits:
     served_name: str | None = None
     """`--served-model-name` (its first name): the `model_name` label of every vLLM metric;
     None when the argv leaves it to the model's path."""
+    kv_connector: bool = False
+    """The argv configures a KV connector (`--kv-transfer-config`, or `--kv-offloading-size`,
+    which vLLM serves through one): only then may KV come from outside the engine."""
+    access_logged: bool = True
+    """uvicorn logs every request the API server answers: the argv neither passes
+    `--disable-uvicorn-access-log` nor sets `--uvicorn-log-level` above info."""
 
     @classmethod
     def of(cls, suite: Suite, argv: Sequence[str]) -> Limits:
@@ -136,6 +174,9 @@ class Limits:
             speculative_k=None if config is None else _speculative_k(config),
             prefix_caching=_switch(argv, "--enable-prefix-caching"),
             served_name=_served_name(argv),
+            kv_connector=any(_last_value(argv, (flag,)) is not None for flag in KV_CONNECTOR),
+            access_logged=not _switch(argv, "--disable-uvicorn-access-log")
+            and (_last_value(argv, (UVICORN_LOG_LEVEL,)) or "info").lower() in ACCESS_LOG_LEVELS,
         )
 
     def limit(self, row: OracleRow) -> tuple[int, str]:
@@ -473,17 +514,23 @@ def metrics_problems(
     *,
     limits: Limits,
     sources: tuple[str, str],
+    read_by: float | None = None,
+    served_log: str | None = None,
+    log_source: str = "server.log",
 ) -> Findings:
     """Every contradiction between one start's `rows` and its `/metrics` read before and after
-    the suite (`sources` name the two files). Raises `MetricsUnreadable` for a text that is not
-    Prometheus text exposition."""
+    the suite (`sources` name the two files). `read_by`: a wall-clock time, on the clock of the
+    server's host, by which both reads were taken (teardown's `began_at`); None where the
+    evidence states none. `served_log`: what the server logged while it served (the log up to
+    teardown's `log_bytes`, the file `log_source`); None where none is sealed. Raises
+    `MetricsUnreadable` for a text that is not Prometheus text exposition."""
     reads = _Reads(
         samples(before_text, sources[0]),
         samples(after_text, sources[1]),
         _growing(before_text, sources[0]) | _growing(after_text, sources[1]),
     )
     pair = f"{sources[0]} → {sources[1]}"
-    problems = _reading_problems(reads, pair)
+    problems = _reading_problems(reads, pair) + _read_time_problems(reads, pair, read_by)
     if rows and not any(reads.rise(name) for name in reads.growing if name.startswith("vllm:")):
         return Findings(
             (
@@ -498,7 +545,11 @@ def metrics_problems(
     _cache_checks(check, rows, limits)
     _label_checks(check, limits)
     _timing_checks(check, rows)
+    _duration_checks(check, rows)
+    _preemption_checks(check)
     _decode_checks(check, rows, limits)
+    if served_log is not None:
+        _access_log_checks(check, access_lines(served_log), log_source, limits)
     return Findings(tuple(problems + check.problems), tuple(dict.fromkeys(check.not_applicable)))
 
 
@@ -540,7 +591,7 @@ def _reading_problems(reads: _Reads, pair: str) -> list[str]:
             for key in sorted(old.keys() & new.keys(), key=sorted)
             if old[key] != new[key]
         ]
-    start = "process_start_time_seconds"
+    start = PROCESS_START
     old_start, new_start = reads.before.get(start, {}), reads.after.get(start, {})
     if old_start and new_start and old_start != new_start:
         problems.append(
@@ -549,6 +600,7 @@ def _reading_problems(reads: _Reads, pair: str) -> list[str]:
         )
     for read, which in ((reads.before, "before"), (reads.after, "after")):
         problems += [f"{pair} ({which}): {p}" for p in _one_read_problems(read)]
+    problems += _rise_problems(reads, pair)
     problems += [
         f"{pair}: {name}{_labels(key)}: expected no request left once the suite was answered, "
         f"found {_shown(value)}"
@@ -559,43 +611,111 @@ def _reading_problems(reads: _Reads, pair: str) -> list[str]:
     return problems
 
 
-IDLE_AFTER_SUITE: Final = ("vllm:num_requests_running", "vllm:num_requests_waiting")
+IDLE_AFTER_SUITE: Final = (
+    "vllm:num_requests_running",
+    "vllm:num_requests_waiting",
+    "vllm:num_requests_waiting_by_reason",
+)
 """Gauges that read 0 once every request of the suite was answered."""
+WAITING: Final = "vllm:num_requests_waiting"
+WAITING_BY_REASON: Final = "vllm:num_requests_waiting_by_reason"
+SUM_ROUNDING: Final = 1e-9
+"""Relative slack of a histogram's sum against its buckets' bounds: a sum of floats, each
+rounded to 1e-16 of it, and a rise the difference of two such sums."""
+READ_SLACK_S: Final = 0.1
+"""How far a time a read states may pass the time by which the read was taken, both read on
+one host's wall clock: its granularity and a small step (`builder.freshstarts`)."""
+
+Buckets = list[tuple[float, float]]
+"""A histogram's buckets: (upper bound, cumulative count), in bound order."""
 
 
-def _one_read_problems(read: Samples) -> list[str]:
-    """One read against itself: every histogram's buckets cumulative, its +Inf bucket its
-    count; no counter created before the process that exports it started."""
+def _histograms(read: Samples) -> tuple[dict[tuple[str, LabelSet], Buckets], list[str]]:
+    """Each histogram of `read` by family and label set (less `le`), its buckets in bound
+    order; and every bucket whose `le` is no bound."""
+    series: dict[tuple[str, LabelSet], Buckets] = defaultdict(list)
     problems = []
     for name in sorted(n for n in read if n.endswith("_bucket")):
         family = name.removesuffix("_bucket")
-        series: dict[LabelSet, list[tuple[float, float]]] = defaultdict(list)
         for labels, value in read[name].items():
             bound = dict(labels).get("le")
             rest = frozenset((k, v) for k, v in labels if k != "le")
             try:
-                series[rest].append((float(bound) if bound is not None else float("nan"), value))
+                series[family, rest].append(
+                    (float(bound) if bound is not None else float("nan"), value)
+                )
             except ValueError:
                 problems.append(f"{name}{_labels(labels)}: expected an le bound, found {bound!r}")
-        for rest, buckets in sorted(series.items(), key=lambda kv: sorted(kv[0])):
-            buckets.sort()
-            values = [value for _bound, value in buckets]
-            if any(later < earlier for earlier, later in pairwise(values)):
-                problems.append(
-                    f"{name}{_labels(rest)}: expected cumulative buckets, found {values}"
-                )
-            count = read.get(f"{family}_count", {}).get(rest)
-            if (
-                buckets
-                and buckets[-1][0] == float("inf")
-                and count is not None
-                and count != values[-1]
-            ):
-                problems.append(
-                    f"{name}{_labels(rest)}: expected the +Inf bucket to be {family}_count "
-                    f"{_shown(count)}, found {_shown(values[-1])}"
-                )
-    started = list(read.get("process_start_time_seconds", {}).values())
+    for buckets in series.values():
+        buckets.sort()
+    return dict(series), problems
+
+
+def _sum_bounds(buckets: Buckets) -> tuple[float, float, float] | None:
+    """The least and the most a histogram's observations sum to, each between its bucket's
+    bounds, and how many they are; None when its buckets are not cumulative, a bound is no
+    number or none is +Inf (then the other checks say so, or no bound holds). The first
+    bucket's lower bound is 0 when its own is not negative: every histogram these reads export
+    (vLLM's and the API server's HTTP instrumentation) observes durations and counts."""
+    bounds = [bound for bound, _count in buckets]
+    if not buckets or any(math.isnan(b) for b in bounds) or bounds[-1] != math.inf:
+        return None
+    low = high = 0.0
+    lower, before = (0.0 if bounds[0] >= 0 else -math.inf), 0.0
+    for bound, cumulative in buckets:
+        count = cumulative - before
+        if count < 0 or math.isnan(count):
+            return None
+        if count:
+            low += count * lower
+            high += count * bound
+        lower, before = bound, cumulative
+    return low, high, before
+
+
+def _sum_problem(buckets: Buckets, found: float, scale: float) -> tuple[str, float] | None:
+    """Why `found` cannot be the sum of a histogram of these buckets, and how many observations
+    they hold; None when it can (or the buckets say nothing). `scale`: the magnitude of the
+    sums `found` was taken from, which its rounding follows."""
+    bounds = _sum_bounds(buckets)
+    if bounds is None or math.isnan(found):
+        return None
+    low, high, count = bounds
+    slack = SUM_ROUNDING * (1.0 + abs(scale) + sum(abs(x) for x in (low, high) if math.isfinite(x)))
+    if low - slack <= found <= high + slack:
+        return None
+    span = f"of at least {low:.6g}" if high == math.inf else f"between {low:.6g} and {high:.6g}"
+    return span, count
+
+
+def _one_read_problems(read: Samples) -> list[str]:
+    """One read against itself: every histogram's buckets cumulative, its +Inf bucket its
+    count, its sum one its buckets allow; the waiting requests by reason summing to those
+    waiting; no counter created before the process that exports it started."""
+    series, problems = _histograms(read)
+    for (family, rest), buckets in sorted(
+        series.items(), key=lambda kv: (kv[0][0], sorted(kv[0][1]))
+    ):
+        name = f"{family}_bucket"
+        values = [value for _bound, value in buckets]
+        if any(later < earlier for earlier, later in pairwise(values)):
+            problems.append(f"{name}{_labels(rest)}: expected cumulative buckets, found {values}")
+        count = read.get(f"{family}_count", {}).get(rest)
+        if buckets and buckets[-1][0] == float("inf") and count is not None and count != values[-1]:
+            problems.append(
+                f"{name}{_labels(rest)}: expected the +Inf bucket to be {family}_count "
+                f"{_shown(count)}, found {_shown(values[-1])}"
+            )
+        total = read.get(f"{family}_sum", {}).get(rest)
+        wrong = None if total is None else _sum_problem(buckets, total, total)
+        if wrong is not None:
+            problems.append(
+                f"{family}_sum{_labels(rest)}: expected a sum {wrong[0]} (each of its "
+                f"{_shown(wrong[1])} observations between the bounds of its bucket), found "
+                f"{total!r}"
+            )
+    problems += _waiting_problems(read)
+    started = list(read.get(PROCESS_START, {}).values())
     if started:
         problems += [
             f"{name}{_labels(key)}: expected a counter created once its process started "
@@ -605,6 +725,71 @@ def _one_read_problems(read: Samples) -> list[str]:
             if value < started[0] - 1
         ]
     return problems
+
+
+def _waiting_problems(read: Samples) -> list[str]:
+    """The waiting requests by reason sum to those waiting, per engine (vLLM's HELP: "Sum of
+    all reasons equals vllm:num_requests_waiting")."""
+    by_engine: dict[LabelSet, float] = defaultdict(float)
+    for labels, value in read.get(WAITING_BY_REASON, {}).items():
+        by_engine[frozenset((k, v) for k, v in labels if k != "reason")] += value
+    waiting = read.get(WAITING, {})
+    return [
+        f"{WAITING_BY_REASON}{_labels(engine)}: expected reasons summing to {WAITING} "
+        f"{_shown(waiting[engine])} (every waiting request has one reason), found {_shown(total)}"
+        for engine, total in sorted(by_engine.items(), key=lambda kv: sorted(kv[0]))
+        if engine in waiting and total != waiting[engine]
+    ]
+
+
+def _rise_problems(reads: _Reads, pair: str) -> list[str]:
+    """What rose between the reads against itself: each histogram's sum rose by what the
+    observations its buckets rose by can sum to."""
+    before, _ = _histograms(reads.before)
+    after, _ = _histograms(reads.after)
+    problems = []
+    for (family, rest), buckets in sorted(
+        after.items(), key=lambda kv: (kv[0][0], sorted(kv[0][1]))
+    ):
+        old = before.get((family, rest))
+        if old is None and _created_at_start(family):
+            continue  # a label set only after: refused as such
+        old = old or [(bound, 0.0) for bound, _count in buckets]
+        if [bound for bound, _ in old] != [bound for bound, _ in buckets]:
+            continue
+        name = f"{family}_sum"
+        new_sum = reads.after.get(name, {}).get(rest)
+        old_sum = reads.before.get(name, {}).get(rest, None if _created_at_start(family) else 0.0)
+        if new_sum is None or old_sum is None:
+            continue
+        rose = [
+            (bound, value - earlier)
+            for (bound, value), (_, earlier) in zip(buckets, old, strict=True)
+        ]
+        wrong = _sum_problem(rose, new_sum - old_sum, abs(new_sum) + abs(old_sum))
+        if wrong is not None:
+            problems.append(
+                f"{pair}: {name}{_labels(rest)}: expected a rise {wrong[0]} (each of the "
+                f"{_shown(wrong[1])} observations between the reads between the bounds of its "
+                f"bucket), found {_shown(new_sum - old_sum)}"
+            )
+    return problems
+
+
+def _read_time_problems(reads: _Reads, pair: str, read_by: float | None) -> list[str]:
+    """No time a read states (a counter's creation, its process's start) later than the read:
+    both reads were taken by `read_by`."""
+    if read_by is None:
+        return []
+    latest = read_by + READ_SLACK_S
+    return [
+        f"{pair} ({which}): {name}{_labels(key)}: expected a time no later than the read, "
+        f"taken before {read_by!r} (teardown began), found {value!r}"
+        for read, which in ((reads.before, "before"), (reads.after, "after"))
+        for name in sorted(n for n in read if n.endswith("_created") or n == PROCESS_START)
+        for key, value in sorted(read[name].items(), key=lambda kv: sorted(kv[0]))
+        if value > latest
+    ]
 
 
 class _Check:
@@ -624,6 +809,13 @@ class _Check:
 
     def equal(self, name: str, expected: float, why: str, **labels: str) -> None:
         found = self.rise(name, **labels)
+        if found is not None and found != expected:
+            self.fail(name, found, f"{_shown(expected)} ({why})", **labels)
+
+    def holds(self, name: str, expected: float, why: str, **labels: str) -> None:
+        """`equal` where a read exports `name`; where neither does, nothing (not even listed as
+        not applicable: what no read exports no relation of two samples needs)."""
+        found = self.reads.rise(name, **labels)
         if found is not None and found != expected:
             self.fail(name, found, f"{_shown(expected)} ({why})", **labels)
 
@@ -766,6 +958,60 @@ def _cache_checks(check: _Check, rows: Sequence[OracleRow], limits: Limits) -> N
             total, why = expected[kind]
             check.fail(f"vllm:prefix_cache_{kind}_total", found, f"{total} ({why})")
     check.problems += _cached_beyond(check, rows, enabled)
+    _external_checks(check, limits)
+    _cached_by_source_checks(check, hits)
+    _kv_usage_checks(check, limits, enabled)
+
+
+EXTERNAL_QUERIES: Final = "vllm:external_prefix_cache_queries_total"
+EXTERNAL_HITS: Final = "vllm:external_prefix_cache_hits_total"
+CACHED_BY_SOURCE: Final = "vllm:prompt_tokens_cached_by_source_total"
+KV_USAGE: Final = "vllm:kv_cache_usage_perc"
+
+
+def _external_checks(check: _Check, limits: Limits) -> None:
+    """KV from outside the engine only through a KV connector the argv configures."""
+    if limits.kv_connector:
+        return
+    why = "the argv configures no KV connector (--kv-transfer-config)"
+    check.holds(EXTERNAL_QUERIES, 0, why)
+    check.holds(EXTERNAL_HITS, 0, why)
+    check.holds("vllm:prompt_tokens_by_source_total", 0, why, source="external_kv_transfer")
+
+
+def _cached_by_source_checks(check: _Check, hits: float | None) -> None:
+    """The cached prompt tokens by the tier that supplied them sum to the prefix cache's hits,
+    local and external (vLLM's HELP: "sums to vllm:prefix_cache_hits +
+    vllm:external_prefix_cache_hits")."""
+    by_source = check.reads.rise(CACHED_BY_SOURCE)
+    if by_source is None or hits is None:
+        return
+    external = check.reads.rise(EXTERNAL_HITS) or 0.0
+    if by_source != hits + external:
+        check.fail(
+            CACHED_BY_SOURCE,
+            by_source,
+            f"{_shown(hits + external)} over every source (the prefix cache's {_shown(hits)} "
+            f"hits and {_shown(external)} external hits)",
+        )
+
+
+def _kv_usage_checks(check: _Check, limits: Limits, enabled: bool | None) -> None:
+    """With prefix caching off and no KV connector, an engine with no request running or
+    waiting holds no KV block: vLLM frees a finished request's blocks when it finishes, before
+    the scheduler states the gauges of that step."""
+    after = check.reads.after
+    if enabled is not False or limits.kv_connector:
+        return
+    engines = after.get(KV_USAGE, {})
+    for key, value in sorted(engines.items(), key=lambda kv: sorted(kv[0])):
+        busy = any(after.get(name, {}).get(key, 0.0) for name in IDLE_AFTER_SUITE[:2])
+        if value != 0 and not busy:
+            check.problems.append(
+                f"{check.pair}: {KV_USAGE}{_labels(key)}: expected 0 once the suite was "
+                "answered (no request running or waiting, prefix caching off, no KV connector: "
+                f"every block free), found {_shown(value)}"
+            )
 
 
 TIMING_SLACK_S: Final = 0.01
@@ -798,6 +1044,174 @@ def _timing_checks(check: _Check, rows: Sequence[OracleRow]) -> None:
         if found > high + slack or (low is not None and found < low - slack):
             span = f"at most {high:.3f}" if low is None else f"between {low:.3f} and {high:.3f}"
             check.fail(name, found, f"{span} s ({why}; {slack:.2f} s of clock slack)")
+
+
+ROUNDING_S: Final = 1e-6
+"""Per observation, how far two sums of the same intervals of one clock may part: float
+rounding of differences of timestamps (measured 0.0 on every committed record)."""
+E2E: Final = "vllm:e2e_request_latency_seconds_sum"
+TTFT: Final = "vllm:time_to_first_token_seconds_sum"
+QUEUE: Final = "vllm:request_queue_time_seconds_sum"
+PREFILL: Final = "vllm:request_prefill_time_seconds_sum"
+DECODE: Final = "vllm:request_decode_time_seconds_sum"
+INFERENCE: Final = "vllm:request_inference_time_seconds_sum"
+TPOT: Final = "vllm:request_time_per_output_token_seconds_sum"
+ITL: Final = "vllm:inter_token_latency_seconds_sum"
+PHASES: Final = {
+    TTFT: "time to its first token",
+    QUEUE: "time queued",
+    PREFILL: "prefill",
+    DECODE: "decode",
+    INFERENCE: "inference (prefill and decode)",
+    TPOT: "time per output token",
+    ITL: "inter-token latencies",
+}
+"""Per-request times, each inside the request's end-to-end latency."""
+
+
+def _duration_checks(check: _Check, rows: Sequence[OracleRow]) -> None:
+    """vLLM 0.32's per-request times against each other (`vllm/v1/metrics/stats.py`): the API
+    server times a request from its arrival to its first token (time to first token) and to its
+    end (end-to-end latency) on the wall clock; the engine core, on its monotonic clock, from
+    queued to scheduled (queue), to its first token (prefill), to its last (decode), scheduled
+    to last (inference = prefill + decode), and each step's tokens after the previous one's
+    (inter-token latencies, summing to decode); time per output token is a request's decode
+    over its tokens after the first. The engine's interval lies inside the server's, which saw
+    the request first and its tokens last: each time and queue + prefill + decode at most the
+    end-to-end latency, queue + prefill at most the time to first token (10 ms a request of
+    slack between the two clocks). Sums of one clock's intervals agree to float rounding."""
+    sums = {name: check.reads.rise(name) for name in (E2E, *PHASES)}
+    slack = TIMING_SLACK_S * len(rows)
+    clocks = f"{slack:.2f} s of slack between the server's and the engine's clocks"
+    e2e = sums[E2E]
+    if e2e is not None:
+        for name, phase in PHASES.items():
+            found = sums[name]
+            if found is not None and found > e2e + slack:
+                check.fail(
+                    name,
+                    found,
+                    f"at most {e2e + slack:.6g} s (each request's {phase} inside its "
+                    f"end-to-end latency, whose sum rose by {e2e:.6g} s; {clocks})",
+                )
+    queue, prefill, decode = sums[QUEUE], sums[PREFILL], sums[DECODE]
+    if None not in (queue, prefill, decode, e2e):
+        engine = (queue or 0.0) + (prefill or 0.0) + (decode or 0.0)
+        if engine > (e2e or 0.0) + slack:
+            check.problems.append(
+                f"{check.pair}: {QUEUE}, {PREFILL} and {DECODE}: expected rises summing to at "
+                f"most {(e2e or 0.0) + slack:.6g} s (a request is queued, prefilled and decoded "
+                f"inside its end-to-end latency, whose sum rose by {e2e:.6g} s; {clocks}), found "
+                f"{engine:.6g} s"
+            )
+    if None not in (queue, prefill, sums[TTFT]):
+        first = sums[TTFT] or 0.0
+        if (queue or 0.0) + (prefill or 0.0) > first + slack:
+            check.problems.append(
+                f"{check.pair}: {QUEUE} and {PREFILL}: expected rises summing to at most "
+                f"{first + slack:.6g} s (a request is queued and prefilled before the server sees "
+                f"its first token, whose times rose by {first:.6g} s; {clocks}), found "
+                f"{(queue or 0.0) + (prefill or 0.0):.6g} s"
+            )
+    _same_interval(check, INFERENCE, (PREFILL, DECODE), sums, len(rows))
+    steps = check.reads.rise("vllm:inter_token_latency_seconds_count") or 0.0
+    _same_interval(check, ITL, (DECODE,), sums, int(steps) + len(rows))
+    _per_token_checks(check, rows, sums[TPOT], decode)
+
+
+def _same_interval(
+    check: _Check,
+    name: str,
+    parts: Sequence[str],
+    sums: Mapping[str, float | None],
+    observations: int,
+) -> None:
+    """`name`'s sum rose by the sum of `parts`' (one interval of one clock, cut otherwise)."""
+    found, given = sums[name], [sums[part] for part in parts]
+    if found is None or any(value is None for value in given):
+        return
+    total = sum(value or 0.0 for value in given)
+    if abs(found - total) > ROUNDING_S * observations:
+        shown = " + ".join(parts)
+        check.fail(
+            name,
+            found,
+            f"{total!r} ({shown}: the same intervals of the engine's clock, to "
+            f"{ROUNDING_S:g} s an observation)",
+        )
+
+
+def _per_token_checks(
+    check: _Check, rows: Sequence[OracleRow], found: float | None, decode: float | None
+) -> None:
+    """Time per output token: each request's decode over its tokens after the first (0 for a
+    request of one token), so its sum lies between the decode time's over the rows' most and
+    over their fewest tokens after the first."""
+    if found is None or decode is None:
+        return
+    later = [row.completion_tokens - 1 for row in rows if row.completion_tokens > 1]
+    low, high = (decode / max(later), decode / min(later)) if later else (0.0, 0.0)
+    slack = ROUNDING_S * len(rows)
+    if not low - slack <= found <= high + slack:
+        span = f"of {low:.6g}" if low == high else f"between {low:.6g} and {high:.6g}"
+        tokens = f"{min(later)} to {max(later)} tokens" if later else "no tokens"
+        check.problems.append(
+            f"{check.pair}: {TPOT}: expected a rise {span} s (each request's decode time over its "
+            f"tokens after the first: the decode time's rise {decode:.6g} s over the rows' "
+            f"{tokens}), found {_shown(found)}"
+        )
+
+
+def _preemption_checks(check: _Check) -> None:
+    """Every preemption the engine counted is one of a request's, counted when it finished: no
+    request ran across either read (none left after, and each row's success counted)."""
+    total = check.reads.rise("vllm:num_preemptions_total")
+    per_request = check.reads.rise("vllm:request_num_preemptions_sum")
+    if total is not None and per_request is not None and total != per_request:
+        check.fail(
+            "vllm:num_preemptions_total",
+            total,
+            f"{_shown(per_request)} (vllm:request_num_preemptions_sum: the preemptions of the "
+            "requests finished between the reads)",
+        )
+
+
+def _access_log_checks(
+    check: _Check, lines: Sequence[AccessLine], where: str, limits: Limits
+) -> None:
+    """Every request the API server counted between the reads (`http_requests_total`, by
+    handler, method and status) has its access line in what the server logged while it
+    served: uvicorn logs each request it answers, and the reads were taken while it served."""
+    if not lines and not limits.access_logged:
+        return  # the server logs no request
+    counted = check.reads.after.get(HTTP_REQUESTS, {})
+    for key in sorted(counted, key=sorted):
+        labels = dict(key)
+        rose = check.reads.rise(HTTP_REQUESTS, **labels) or 0.0
+        logged = sum(1 for line in lines if _logs(line, labels))
+        if rose > logged:
+            check.problems.append(
+                f"{where}: access lines of {HTTP_REQUESTS}{_labels(key)}: expected at least the "
+                f"{_shown(rose)} requests it counted between the reads ({check.pair}; uvicorn "
+                f"logs every request it answers), found {logged}"
+            )
+
+
+def _logs(line: AccessLine, labels: Mapping[str, str]) -> bool:
+    """Whether an access line is of a request counted under `labels` (a handler is its route,
+    `{name}` one path segment; `none` a path of no route; a status its class, `2xx`, or
+    itself)."""
+    handler, method, status = (labels.get(k) for k in ("handler", "method", "status"))
+    if method is not None and method != line.method:
+        return False
+    if status is not None and status != (
+        f"{line.status // 100}xx" if status.endswith("xx") else str(line.status)
+    ):
+        return False
+    if handler is None or handler == "none":
+        return True
+    route = "[^/]+".join(re.escape(part) for part in re.split(r"\{[^/{}]*\}", handler))
+    return re.fullmatch(route, line.path) is not None
 
 
 def _label_checks(check: _Check, limits: Limits) -> None:

@@ -16,6 +16,7 @@ from __future__ import annotations
 import re
 from collections import Counter
 from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
 from typing import Final
 
 from repro_serving.builder.drift import Drift
@@ -686,25 +687,91 @@ def audit_verdict(
 
 SERVER_LOG_GATE: Final = "server_log"
 CRASH_MARKERS: Final = (
+    # CPython and the kernel's signals, as faulthandler, the shell and torch's handlers write them
     "Traceback (most recent call last)",
     "Fatal Python error",
     "Illegal instruction",
     "SIGILL",
     "Segmentation fault",
+    "SIGSEGV",
+    "Bus error",
+    "SIGBUS",
+    "Aborted",
+    "SIGABRT",
+    "Floating point exception",
+    "SIGFPE",
     "core dumped",
+    "killed by signal",
+    # memory exhausted: torch's `CUDA/XPU/CPU out of memory`, Python's MemoryError
+    "out of memory",
+    "MemoryError",
+    # glibc's and libstdc++'s messages before they abort the process
+    "terminate called after throwing",
+    "terminate called without an active exception",
+    "double free",
+    "free(): ",
+    "malloc(): ",
+    "realloc(): ",
+    "munmap_chunk(): ",
+    "corrupted size vs. prev_size",
+    "stack smashing detected",
+    # vLLM: a worker, the executor or the engine core gone
+    "died unexpectedly",
     "EngineDeadError",
     "encountered an issue",
+    "encountered a fatal error",
+    "EngineCore failed",
+    "Engine core initialization failed",
+    "Executor failed",
+    "WorkerProc hit an exception",
+    "WorkerProc failed",
 )
 """What a process of the stack writes when it crashes: none may appear while the stack served
-(a shutdown's own traceback, after teardown began, is not the run's)."""
+(a shutdown's own traceback, after teardown began, is not the run's). Case-sensitive, each as
+its writer spells it: CPython's faulthandler (`Fatal Python error: Segmentation fault`, `Bus
+error`, `Aborted`), the shell (`Aborted (core dumped)`), torch's and absl's signal handlers
+(`*** SIGSEGV received`), torch's DataLoader (`killed by signal`), torch's allocators (`CUDA
+out of memory`, `torch.OutOfMemoryError`), glibc's malloc checks (`free(): invalid pointer`,
+`double free or corruption`) and stack protector, libstdc++'s `std::terminate`, and vLLM 0.32
+(`Worker proc VllmWorker-0 died unexpectedly, shutting down executor.`, `Engine core proc
+EngineCore died unexpectedly, shutting down client.`, `EngineCore failed to start.`, `EngineCore
+encountered a fatal error.`, `RuntimeError: Executor failed.`, `WorkerProc hit an exception.`,
+`WorkerProc failed to start.`). vLLM's own lowercase `abort` (a route, a shutdown mode) and its
+shutdown's `signal=SIGTERM` match none. A request aborted while serving (`Aborted request`) is
+no complete answer either."""
 
 
 def server_log_gate(start: int, rank: int = 0) -> str:
     return f"{SERVER_LOG_GATE}:start-{start}" + (f":rank-{rank}" if rank else "")
 
 
-SUITE_REQUEST = re.compile(rb'"POST /v1/(?:chat/)?completions HTTP/[0-9.]+" 200')
-"""An access-log line of an answered suite request (uvicorn's, as vLLM's API server logs it)."""
+ACCESS_LINE: Final = re.compile(
+    r'"(?P<method>[A-Z]+) (?P<path>[^ "?]+)(?:\?[^ "]*)? HTTP/[0-9.]+" (?P<status>[0-9]{3})\b'
+)
+"""An access-log line (uvicorn's, as vLLM's API server logs every request it answered unless
+its argv turns that off): `127.0.0.1:48008 - "POST /v1/chat/completions HTTP/1.1" 200 OK`."""
+SUITE_ENDPOINTS: Final = ("/v1/chat/completions", "/v1/completions")
+"""Where a suite's requests are posted (`builder.manifest.ENDPOINTS`)."""
+
+
+@dataclass(frozen=True)
+class AccessLine:
+    """One request of the access log: its line, method, path (without a query) and status."""
+
+    line: int
+    method: str
+    path: str
+    status: int
+
+
+def access_lines(text: str) -> list[AccessLine]:
+    """Every access-log line of `text`, numbered as the crash markers number its lines."""
+    found = []
+    for number, line in enumerate(text.splitlines(), start=1):
+        match = ACCESS_LINE.search(line)
+        if match is not None:
+            found.append(AccessLine(number, match["method"], match["path"], int(match["status"])))
+    return found
 
 
 def server_log_verdict(
@@ -712,7 +779,9 @@ def server_log_verdict(
 ) -> Verdict:
     """A start's log (one rank's): not empty, text, no crash in what the stack wrote before
     teardown began (`served` bytes, `teardown.json` log_bytes; the whole log when unknown), and
-    where the server logs its requests, the `answered` suite requests logged in that part."""
+    where the server logs its requests, exactly the `answered` suite requests (POSTs to a
+    completions endpoint) logged in that part, every one answered 2xx: repro posts each prompt
+    once, with no retry and no warm-up, and nothing else posts there."""
     gate = server_log_gate(start, rank)
     if not log:
         return _verdict(gate, False, "the server wrote no log")
@@ -721,22 +790,39 @@ def server_log_verdict(
         return _verdict(gate, False, "the log written while serving holds NUL bytes: not text")
     text = written.decode(errors="replace")
     found = [
-        (number, marker)
+        (number, next(marker for marker in CRASH_MARKERS if marker in line))
         for number, line in enumerate(text.splitlines(), start=1)
-        for marker in CRASH_MARKERS
-        if marker in line
+        if any(marker in line for marker in CRASH_MARKERS)
     ]
     if found:
         number, marker = found[0]
         summary = f"{len(found)} crash line(s) while serving; first: line {number} {marker!r}"
         return _verdict(gate, False, summary, lines=[n for n, _ in found[:20]])
-    logged = len(SUITE_REQUEST.findall(written))
-    if SUITE_REQUEST.search(log) and logged < answered:
-        summary = (
-            f"{logged} of {answered} suite requests logged before teardown began (byte "
-            f"{len(written)}): the log says the stack still served after it"
-        )
-        return _verdict(gate, False, summary, logged=logged)
+    requests = access_lines(text)
+    if requests or access_lines(log.decode(errors="replace")):  # the server logs its requests
+        suite = [r for r in requests if r.method == "POST" and r.path in SUITE_ENDPOINTS]
+        refused = [r for r in suite if not 200 <= r.status < 300]
+        if refused:
+            first = refused[0]
+            summary = (
+                f"{len(refused)} suite request(s) answered otherwise than 2xx while serving; "
+                f"first: line {first.line} POST {first.path} {first.status}"
+            )
+            return _verdict(gate, False, summary, lines=[r.line for r in refused[:20]])
+        logged = len(suite)
+        if logged < answered:
+            summary = (
+                f"{logged} of {answered} suite requests logged before teardown began (byte "
+                f"{len(written)}): the log says the stack still served after it"
+            )
+            return _verdict(gate, False, summary, logged=logged)
+        if logged > answered:
+            summary = (
+                f"{logged} suite requests logged while serving, expected the {answered} "
+                f"answered (one POST a row): the log says the stack answered requests the rows "
+                f"do not hold; first: line {suite[0].line}"
+            )
+            return _verdict(gate, False, summary, logged=logged)
     summary = f"{len(text.splitlines())} lines written while serving, no crash"
     return _verdict(gate, True, summary, served_bytes=len(written))
 

@@ -4,6 +4,7 @@ evidence is missing."""
 
 from __future__ import annotations
 
+import json
 import re
 from collections.abc import Sequence
 from pathlib import Path
@@ -679,3 +680,126 @@ def test_every_failure_of_a_run_is_reported_at_once(
         "prefix_cache_hit_delta_zero",
         "fresh_starts",
     ]
+
+
+# --- the server log gate, on the committed bundles' logs --------------------------------------
+
+REPO = Path(__file__).resolve().parents[1]
+TINY_START = REPO / "repro" / "tiny-cpu" / "evidence" / "start-1"
+RANK_1 = REPO / "repro" / "tiny-cpu-2node" / "evidence" / "start-1" / "rank-1"
+SUITE_POST = b'"POST /v1/chat/completions HTTP/1.1" 200'
+
+
+def served(directory: Path) -> tuple[bytes, int]:
+    """A start's (one rank's) log and how much of it was written before teardown began."""
+    teardown = json.loads((directory / "teardown.json").read_text())
+    return (directory / "server.log").read_bytes(), int(teardown["log_bytes"])
+
+
+def before_first_post(directory: Path, *lines: str) -> tuple[bytes, int]:
+    """The start's log with `lines` written while it served, just before its first answer."""
+    log, written = served(directory)
+    at = log.rindex(b"\n", 0, log.index(SUITE_POST)) + 1
+    added = "".join(f"{line}\n" for line in lines).encode()
+    return log[:at] + added + log[at:], written + len(added)
+
+
+@pytest.mark.parametrize(
+    "directory",
+    [
+        TINY_START,
+        REPO / "repro" / "tiny-cpu" / "evidence" / "start-2",
+        REPO / "repro" / "tiny-cpu-2node" / "evidence" / "start-1",
+        RANK_1,
+    ],
+    ids=["tiny-1", "tiny-2", "2node", "2node-rank-1"],
+)
+def test_the_committed_logs_pass_the_server_log_gate(directory: Path) -> None:
+    log, written = served(directory)
+    rank = 1 if directory == RANK_1 else 0
+    verdict = gates.server_log_verdict(1, log, written, answered=0 if rank else 5, rank=rank)
+    assert verdict.passed, verdict.summary
+    assert not any(marker in log[:written].decode() for marker in gates.CRASH_MARKERS)
+
+
+def test_the_laguna_log_passes_the_server_log_gate_whole(record: Record) -> None:
+    """An imported record states no teardown offset: its whole log is judged, shutdown too."""
+    log = record.server_log.encode()
+    verdict = gates.server_log_verdict(1, log, None, answered=len(record.bench.rows))
+    assert verdict.passed, verdict.summary
+
+
+@pytest.mark.parametrize(
+    ("line", "marker"),
+    [
+        (
+            "(EngineCore pid=22843) ERROR 12-04 15:14:44 [multiproc_executor.py:250] Worker proc "
+            "VllmWorker-0 died unexpectedly, shutting down executor.",
+            "died unexpectedly",
+        ),
+        (
+            "(APIServer pid=22825) ERROR 12-04 15:14:44 [core_client.py:612] Engine core proc "
+            "EngineCore died unexpectedly, shutting down client.",
+            "died unexpectedly",
+        ),
+        (
+            "(EngineCore pid=22843) ERROR 12-04 15:14:44 [core.py:1000] EngineCore failed: "
+            "RuntimeError: CPU out of memory. Worker killed by signal 9.",
+            "killed by signal",
+        ),
+        ("Fatal error: SIGSEGV received; Bus error; Aborted", "SIGSEGV"),
+        ("Fatal Python error: Bus error", "Fatal Python error"),
+        ("Aborted (core dumped)", "Aborted"),
+        ("free(): invalid pointer", "free(): "),
+        ("torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB", "out of memory"),
+        (
+            "terminate called after throwing an instance of 'c10::Error'",
+            "terminate called after throwing",
+        ),
+    ],
+)
+def test_a_crash_written_while_serving_fails_the_server_log_gate(line: str, marker: str) -> None:
+    log, written = before_first_post(TINY_START, line)
+    verdict = gates.server_log_verdict(1, log, written, answered=5)
+    assert verdict.summary == f"1 crash line(s) while serving; first: line 109 {marker!r}"
+
+
+def test_a_worker_of_another_node_dying_fails_its_rank() -> None:
+    log, written = served(RANK_1)
+    line = b"(Worker_TP1 pid=26240) ERROR 12-04 17:57:00 [multiproc_executor.py:250] Worker proc "
+    line += b"VllmWorker-1 died unexpectedly, shutting down executor.\n"
+    cut = log.index(b"\n") + 1
+    verdict = gates.server_log_verdict(1, log[:cut] + line + log[cut:], written + len(line), rank=1)
+    assert verdict.summary == "1 crash line(s) while serving; first: line 2 'died unexpectedly'"
+
+
+def test_a_suite_request_answered_500_fails_the_server_log_gate() -> None:
+    error = 'INFO:     127.0.0.1:40000 - "POST /v1/chat/completions HTTP/1.1" 500 Internal Server'
+    log, written = before_first_post(TINY_START, error)
+    verdict = gates.server_log_verdict(1, log, written, answered=5)
+    assert verdict.summary == (
+        "1 suite request(s) answered otherwise than 2xx while serving; first: line 109 POST "
+        "/v1/chat/completions 500"
+    )
+
+
+def test_more_suite_requests_logged_than_rows_fail_the_server_log_gate() -> None:
+    answered = 'INFO:     127.0.0.1:40000 - "POST /v1/chat/completions HTTP/1.1" 200 OK'
+    log, written = before_first_post(TINY_START, answered, answered)
+    verdict = gates.server_log_verdict(1, log, written, answered=5)
+    assert verdict.summary == (
+        "7 suite requests logged while serving, expected the 5 answered (one POST a row): the "
+        "log says the stack answered requests the rows do not hold; first: line 109"
+    )
+
+
+def test_a_fourteenth_laguna_request_and_a_500_fail_the_server_log_gate(record: Record) -> None:
+    last = [line for line in gates.log_lines(record.server_log) if "POST /v1/chat" in line][-1]
+    extra = '(APIServer pid=162700) INFO:     127.0.0.1:39000 - "POST /v1/chat/completions '
+    for status, summary in (
+        ("200 OK", "14 suite requests logged while serving, expected the 13 answered"),
+        ("500 Internal Server Error", "1 suite request(s) answered otherwise than 2xx while"),
+    ):
+        log = record.server_log.replace(last, f'{last}\n{extra}HTTP/1.1" {status}', 1)
+        verdict = gates.server_log_verdict(1, log.encode(), None, answered=13)
+        assert verdict.summary.startswith(summary), verdict.summary

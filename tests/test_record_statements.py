@@ -372,6 +372,69 @@ FORGERIES: dict[str, tuple[Edit, set[str]]] = {
         ),
         {LOG},
     ),
+    "a worker dying while serving": (
+        _line(
+            "server.log",
+            r"^(.*Prepared Laguna DFlash.*)$",
+            r"\1\n(EngineCore pid=162906) ERROR 07-26 17:48:00 [multiproc_executor.py:250] Worker "
+            r"proc VllmWorker-2 died unexpectedly, shutting down executor.",
+        ),
+        {LOG},
+    ),
+    "a fourteenth request answered while serving": (
+        _line(
+            "server.log",
+            r"^(.*127\.0\.0\.1:49022 - \"POST /v1/chat/completions HTTP/1\.1\" 200 OK)$",
+            r"\1\n\1",
+        ),
+        {LOG},
+    ),
+    "a suite request answered 500 while serving": (
+        _line(
+            "server.log",
+            r"^(.*127\.0\.0\.1:49022 - \"POST /v1/chat/completions HTTP/1\.1\" )200 OK$",
+            r"\g<1>500 Internal Server Error",
+        ),
+        {LOG},
+    ),
+    "a log naming another vLLM than the one it ran": (
+        _line(
+            "server.log",
+            r"^(.*Resolved architecture: LagunaForCausalLM)$",
+            r"\1\n(APIServer pid=162700) INFO 07-26 17:45:22 [api_server.py:1] vLLM API server "
+            r"version 0.11.0",
+        ),
+        {LOG},
+    ),
+    "every request's first token in the 1 ms bucket": (
+        _run(
+            "metrics-after-suite.prom",
+            lambda t: re.sub(
+                r"^(vllm:time_to_first_token_seconds_bucket\{[^}]*\}) \S+$",
+                r"\1 13.0",
+                t,
+                flags=re.MULTILINE,
+            ),
+        ),
+        {ROWS},
+    ),
+    "a decode time the inter-token latencies do not sum to": (
+        _counter("vllm:request_decode_time_seconds_sum" + LABELS, lambda v: v + 1.0),
+        {ROWS},
+    ),
+    "failed requests counted that the access log does not hold": (
+        _run(
+            "metrics-after-suite.prom",
+            lambda t: t.replace(
+                'http_requests_total{handler="/v1/chat/completions",method="POST",status="2xx"} '
+                "13.0",
+                'http_requests_total{handler="/v1/chat/completions",method="POST",status="2xx"} '
+                "13.0\n"
+                'http_requests_total{handler="/v1/completions",method="POST",status="5xx"} 3.0',
+            ),
+        ),
+        {ROWS},
+    ),
     "a log saying the stack served four sequences at once": (
         _run("server.log", lambda t: t.replace("'max_num_seqs': 1,", "'max_num_seqs': 4,", 1)),
         {LOG},
@@ -403,6 +466,38 @@ FORGERIES: dict[str, tuple[Edit, set[str]]] = {
 }
 
 
+SAID: dict[str, str] = {
+    "a worker dying while serving": (
+        "run/server.log: 1 crash line(s) while serving; first: line 140 'died unexpectedly'"
+    ),
+    "a fourteenth request answered while serving": (
+        "run/server.log: 14 suite requests logged while serving, expected the 13 answered"
+    ),
+    "a suite request answered 500 while serving": (
+        "run/server.log: 1 suite request(s) answered otherwise than 2xx while serving; first: "
+        "line 278 POST /v1/chat/completions 500"
+    ),
+    "a log naming another vLLM than the one it ran": (
+        "run/server.log: vLLM versions 0.1.dev1267+g6ae34833d.d20260726, 0.11.0: expected one"
+    ),
+    "every request's first token in the 1 ms bucket": (
+        "vllm:time_to_first_token_seconds_sum" + LABELS + ": expected a rise between 0 and 0.013 "
+        "(each of the 13 observations between the reads between the bounds of its bucket), found "
+        "81.50771450996399"
+    ),
+    "a decode time the inter-token latencies do not sum to": (
+        "vllm:inter_token_latency_seconds_sum: expected a rise of 62.35968477500137 "
+        "(vllm:request_decode_time_seconds_sum: the same intervals of the engine's clock"
+    ),
+    "failed requests counted that the access log does not hold": (
+        'run/server.log: access lines of http_requests_total{handler="/v1/completions",'
+        'method="POST",status="5xx"}: expected at least the 3 requests it counted between the '
+        "reads"
+    ),
+}
+"""What the refusal of a forgery says, where a test states it."""
+
+
 def test_the_forger_reproduces_the_committed_bundle_when_it_changes_nothing(
     tmp_path: Path,
 ) -> None:
@@ -418,6 +513,8 @@ def test_a_forged_statement_is_refused_by_the_claim_it_contradicts(
     found = failed(forged(tmp_path, edit))
     assert claims <= set(found), found
     assert all(found[claim] for claim in claims), "each refusal says what it found"
+    if case in SAID:
+        assert any(SAID[case] in found[claim] for claim in claims), found
 
 
 def test_the_teacher_bench_is_recomputed_and_its_median_stated() -> None:

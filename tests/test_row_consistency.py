@@ -42,6 +42,8 @@ PAIR = f"{BEFORE} → {AFTER}"
 LAGUNA_BEFORE = "evidence/run/metrics-before-suite.prom"
 LAGUNA_AFTER = "evidence/run/metrics-after-suite.prom"
 LAGUNA_PAIR = f"{LAGUNA_BEFORE} → {LAGUNA_AFTER}"
+LAGUNA_LOG = "evidence/run/server.log"
+LOG = "evidence/start-1/server.log"
 VOCABULARY = "token ids against the vocabulary: the evidence does not state its size"
 
 Document = list[dict[str, Any]]
@@ -143,6 +145,43 @@ def replaced(old: str, new: str) -> Callable[[str], str]:
     return change
 
 
+def every(name: str, value: float, **labels: str) -> Callable[[str], str]:
+    """A change of a metrics text: the value of every sample `name` whose labels include
+    `labels` (each bucket of a histogram, say)."""
+
+    def change(metrics: str) -> str:
+        wanted = "".join(f'(?=[^}}]*\\b{key}="{re.escape(v)}")' for key, v in labels.items())
+        pattern = re.compile(rf"^({re.escape(name)}\{{{wanted}[^}}]*\}}) \S+$", re.MULTILINE)
+        changed, count = pattern.subn(lambda m: f"{m[1]} {value}", metrics)
+        assert count >= 1, f"{name} {labels}: no sample"
+        return changed
+
+    return change
+
+
+def plus(name: str, rise: float, **labels: str) -> Callable[[str], str]:
+    """A change of a metrics text: sample `name` (its labels include `labels`) raised by `rise`."""
+
+    def change(metrics: str) -> str:
+        wanted = "".join(f'(?=[^}}]*\\b{key}="{re.escape(v)}")' for key, v in labels.items())
+        pattern = re.compile(rf"^({re.escape(name)}\{{{wanted}[^}}]*\}}) (\S+)$", re.MULTILINE)
+        changed, count = pattern.subn(lambda m: f"{m[1]} {float(m[2]) + rise}", metrics)
+        assert count == 1, f"{name} {labels}: {count} samples"
+        return changed
+
+    return change
+
+
+def served_log(bundle: Path, start: int = 1) -> tuple[str, dict[str, Any]]:
+    """What start `start`'s server logged while it served (up to teardown's log_bytes), and
+    its teardown record."""
+    teardown: dict[str, Any] = json.loads(
+        (bundle / f"evidence/start-{start}/teardown.json").read_text()
+    )
+    log = (bundle / f"evidence/start-{start}/server.log").read_bytes()
+    return log[: teardown["log_bytes"]].decode(), teardown
+
+
 def with_row(place: int, **changes: Any) -> Document:
     rows = document(TINY)
     rows[place].update(changes)
@@ -197,6 +236,19 @@ def test_the_committed_tiny_bundles_contradict_nothing(bundle: Path, start: int)
         )
         == Findings()
     )
+    log, teardown = served_log(bundle, start)
+    assert (
+        metrics_problems(
+            rows,
+            text(bundle, before),
+            text(bundle, after),
+            limits=served,
+            sources=(before, after),
+            read_by=teardown["began_at"],
+            served_log=log,
+        )
+        == Findings()
+    )
 
 
 def test_the_tiny_bundles_fresh_starts_tokenize_each_prompt_alike() -> None:
@@ -222,6 +274,7 @@ def test_the_laguna_record_with_its_speculative_counters_contradicts_nothing() -
         text(LAGUNA, LAGUNA_AFTER),
         limits=served,
         sources=(LAGUNA_BEFORE, LAGUNA_AFTER),
+        served_log=text(LAGUNA, LAGUNA_LOG),
     ) == Findings(
         (),
         (
@@ -833,3 +886,253 @@ def test_a_limit_too_large_to_be_one_is_refused_not_computed(argv: list[str]) ->
     """Neither an overflow nor an enumeration of ten billion draft positions."""
     with pytest.raises(BadInput):
         Limits.of(suite_of(TINY), argv)
+
+
+# --- each histogram's sum against its buckets ------------------------------------------------
+
+LABELS = '{engine="0",model_name="tiny"}'
+TTFT_SUM = "vllm:time_to_first_token_seconds_sum"
+E2E_SUM = "vllm:e2e_request_latency_seconds_sum"
+
+
+def test_a_time_to_first_token_sum_its_buckets_cannot_hold_is_refused() -> None:
+    """Every request in the 1 ms bucket, its sum 80 ms: in the read and in the rise."""
+    found = tiny_metrics(after=every("vllm:time_to_first_token_seconds_bucket", 5.0))
+    assert found == (
+        f"{PAIR} (after): {TTFT_SUM}{LABELS}: expected a sum between 0 and 0.005 (each of its 5 "
+        "observations between the bounds of its bucket), found 0.0803670883178711",
+        f"{PAIR}: {TTFT_SUM}{LABELS}: expected a rise between 0 and 0.005 (each of the 5 "
+        "observations between the reads between the bounds of its bucket), found "
+        "0.0803670883178711",
+    )
+
+
+def test_an_end_to_end_sum_below_what_its_buckets_hold_is_refused() -> None:
+    """Every request only in +Inf (beyond the last bound, 7680 s), its sum 0.42 s."""
+    only_inf = every("vllm:e2e_request_latency_seconds_bucket", 5.0, le="+Inf")
+    found = tiny_metrics(
+        after=lambda t: only_inf(every("vllm:e2e_request_latency_seconds_bucket", 0.0)(t))
+    )
+    assert (
+        f"{PAIR} (after): {E2E_SUM}{LABELS}: expected a sum of at least 38400 (each of its 5 "
+        "observations between the bounds of its bucket), found 0.4210355281829834"
+    ) in found, found
+    assert (
+        f"{PAIR}: {E2E_SUM}{LABELS}: expected a rise of at least 38400 (each of the 5 "
+        "observations between the reads between the bounds of its bucket), found "
+        "0.4210355281829834"
+    ) in found, found
+
+
+def test_the_laguna_time_to_first_token_sum_its_buckets_cannot_hold_is_refused() -> None:
+    found = laguna_metrics(every("vllm:time_to_first_token_seconds_bucket", 13.0))
+    assert (
+        f'{LAGUNA_PAIR}: {TTFT_SUM}{{engine="0",model_name="laguna-s-2.1-int4"}}: expected a rise '
+        "between 0 and 0.013 (each of the 13 observations between the reads between the bounds "
+        "of its bucket), found 81.50771450996399"
+    ) in found, found
+
+
+# --- vLLM's per-request times against each other ----------------------------------------------
+
+DECODE_SUM = "vllm:request_decode_time_seconds_sum"
+ITL_SUM = "vllm:inter_token_latency_seconds_sum"
+TPOT_SUM = "vllm:request_time_per_output_token_seconds_sum"
+QUEUE_SUM = "vllm:request_queue_time_seconds_sum"
+INFERENCE_SUM = "vllm:request_inference_time_seconds_sum"
+PREFILL_SUM = "vllm:request_prefill_time_seconds_sum"
+CLOCKS = "0.05 s of slack between the server's and the engine's clocks"
+
+
+def test_a_decode_time_longer_than_the_end_to_end_latency_is_refused() -> None:
+    """Decode and inference 10 s longer: outside the 0.42 s the requests took, and no longer
+    the sum of their inter-token latencies (equal to the last bit in every committed read)."""
+    found = tiny_metrics(after=lambda t: plus(INFERENCE_SUM, 10)(plus(DECODE_SUM, 10)(t)))
+    assert {
+        f"{PAIR}: {DECODE_SUM}: expected a rise of at most 0.471036 s (each request's decode "
+        f"inside its end-to-end latency, whose sum rose by 0.421036 s; {CLOCKS}), found "
+        "10.342599225999948",
+        f"{PAIR}: {ITL_SUM}: expected a rise of 10.342599225999948 ({DECODE_SUM}: the same "
+        "intervals of the engine's clock, to 1e-06 s an observation), found 0.3425992259999475",
+        f"{PAIR}: {QUEUE_SUM}, {PREFILL_SUM} and {DECODE_SUM}: expected rises summing to at most "
+        "0.471036 s (a request is queued, prefilled and decoded inside its end-to-end latency, "
+        f"whose sum rose by 0.421036 s; {CLOCKS}), found 10.3984 s",
+    } <= set(found), found
+
+
+def test_a_decode_time_within_its_buckets_but_not_its_steps_is_refused() -> None:
+    """10 ms more decode, inside every bucket bound and the end-to-end latency: the sum of the
+    inter-token latencies and inference (prefill + decode) still tell."""
+    assert tiny_metrics(after=plus(DECODE_SUM, 0.01)) == (
+        f"{PAIR}: {INFERENCE_SUM}: expected a rise of 0.40824797100027355 ({PREFILL_SUM} + "
+        f"{DECODE_SUM}: the same intervals of the engine's clock, to 1e-06 s an observation), "
+        "found 0.39824797100027354",
+        f"{PAIR}: {ITL_SUM}: expected a rise of 0.35259922599994753 ({DECODE_SUM}: the same "
+        "intervals of the engine's clock, to 1e-06 s an observation), found 0.3425992259999475",
+        f"{PAIR}: {TPOT_SUM}: expected a rise of 0.0113742 s (each request's decode time over its "
+        "tokens after the first: the decode time's rise 0.352599 s over the rows' 31 to 31 "
+        "tokens), found 0.01105158793548218",
+    )
+
+
+def test_inter_token_latencies_longer_than_the_requests_are_refused() -> None:
+    found = tiny_metrics(after=plus(ITL_SUM, 34.0))
+    assert {
+        f"{PAIR}: {ITL_SUM}: expected a rise of at most 0.471036 s (each request's inter-token "
+        f"latencies inside its end-to-end latency, whose sum rose by 0.421036 s; {CLOCKS}), found "
+        "34.34259922599995",
+        f"{PAIR}: {ITL_SUM}: expected a rise of 0.3425992259999475 ({DECODE_SUM}: the same "
+        "intervals of the engine's clock, to 1e-06 s an observation), found 34.34259922599995",
+    } <= set(found), found
+
+
+@pytest.mark.parametrize("rise", [100.0, 0.001])
+def test_a_time_per_output_token_other_than_decode_over_the_tokens_is_refused(rise: float) -> None:
+    """Each of the 5 rows streamed 32 tokens: its time per output token is its decode over 31."""
+    found = tiny_metrics(after=plus(TPOT_SUM, rise))
+    assert (
+        f"{PAIR}: {TPOT_SUM}: expected a rise of 0.0110516 s (each request's decode time over its "
+        "tokens after the first: the decode time's rise 0.342599 s over the rows' 31 to 31 "
+        f"tokens), found {0.01105158793548218 + rise!r}"
+    ) in found, found
+
+
+def test_a_queue_time_longer_than_the_requests_are_refused() -> None:
+    found = tiny_metrics(after=plus(QUEUE_SUM, 50.0))
+    assert {
+        f"{PAIR}: {QUEUE_SUM}: expected a rise of at most 0.471036 s (each request's time queued "
+        f"inside its end-to-end latency, whose sum rose by 0.421036 s; {CLOCKS}), found "
+        "50.00011153499963",
+        f"{PAIR}: {QUEUE_SUM} and {PREFILL_SUM}: expected rises summing to at most 0.130367 s (a "
+        "request is queued and prefilled before the server sees its first token, whose times "
+        f"rose by 0.0803671 s; {CLOCKS}), found 50.0558 s",
+    } <= set(found), found
+
+
+def test_the_laguna_time_per_output_token_lies_between_its_rows_longest_and_shortest() -> None:
+    """Its 13 rows streamed 296 to 512 tokens: any sum outside decode / 511 .. decode / 295."""
+    assert laguna_metrics(sample(TPOT_SUM, 0.21)) == (
+        f"{LAGUNA_PAIR}: {TPOT_SUM}: expected a rise between 0.120078 and 0.207999 s (each "
+        "request's decode time over its tokens after the first: the decode time's rise 61.3597 "
+        "s over the rows' 295 to 511 tokens), found 0.21",
+    )
+
+
+# --- caches, waiting requests, preemptions ----------------------------------------------------
+
+
+def test_external_prefix_cache_hits_without_a_kv_connector_are_refused() -> None:
+    external = "vllm:external_prefix_cache_{}_total"
+    change = lambda t: plus(external.format("hits"), 50)(plus(external.format("queries"), 50)(t))  # noqa: E731
+    no_connector = "the argv configures no KV connector (--kv-transfer-config)"
+    assert tiny_metrics(after=change) == (
+        f"{PAIR}: {external.format('queries')}: expected a rise of 0 ({no_connector}), found 50",
+        f"{PAIR}: {external.format('hits')}: expected a rise of 0 ({no_connector}), found 50",
+        f"{PAIR}: vllm:prompt_tokens_cached_by_source_total: expected a rise of 50 over every "
+        "source (the prefix cache's 0 hits and 50 external hits), found 0",
+    )
+    connected = dataclasses.replace(limits_of(TINY), kv_connector=True)
+    assert tiny_metrics(after=change, served=connected) == (
+        f"{PAIR}: vllm:prompt_tokens_cached_by_source_total: expected a rise of 50 over every "
+        "source (the prefix cache's 0 hits and 50 external hits), found 0",
+    )
+
+
+def test_a_kv_connector_is_read_from_the_argv() -> None:
+    argv = [*locked_argv(TINY), "--kv-transfer-config", '{"kv_connector": "x"}']
+    assert Limits.of(suite_of(TINY), argv).kv_connector
+    assert not limits_of(TINY).kv_connector
+
+
+def test_prompt_tokens_cached_by_a_source_the_cache_never_hit_are_refused() -> None:
+    found = tiny_metrics(
+        after=plus("vllm:prompt_tokens_cached_by_source_total", 16, source="device")
+    )
+    assert found == (
+        f"{PAIR}: vllm:prompt_tokens_cached_by_source_total: expected a rise of 0 over every "
+        "source (the prefix cache's 0 hits and 0 external hits), found 16",
+    )
+
+
+def test_requests_waiting_by_a_reason_while_none_wait_are_refused() -> None:
+    found = tiny_metrics(
+        after=sample("vllm:num_requests_waiting_by_reason", 2.0, reason="capacity")
+    )
+    assert found == (
+        f"{PAIR} (after): vllm:num_requests_waiting_by_reason{LABELS}: expected reasons summing "
+        "to vllm:num_requests_waiting 0 (every waiting request has one reason), found 2",
+        f'{PAIR}: vllm:num_requests_waiting_by_reason{{engine="0",model_name="tiny",'
+        'reason="capacity"}: expected no request left once the suite was answered, found 2',
+    )
+
+
+def test_preemptions_no_finished_request_counted_are_refused() -> None:
+    assert tiny_metrics(after=plus("vllm:num_preemptions_total", 3)) == (
+        f"{PAIR}: vllm:num_preemptions_total: expected a rise of 0 "
+        "(vllm:request_num_preemptions_sum: the preemptions of the requests finished between the "
+        "reads), found 3",
+    )
+
+
+def test_kv_blocks_in_use_with_nothing_running_and_no_prefix_cache_are_refused() -> None:
+    assert tiny_metrics(after=sample("vllm:kv_cache_usage_perc", 0.9)) == (
+        f"{PAIR}: vllm:kv_cache_usage_perc{LABELS}: expected 0 once the suite was answered (no "
+        "request running or waiting, prefix caching off, no KV connector: every block free), "
+        "found 0.9",
+    )
+
+
+# --- the reads against the times and the log of the start -------------------------------------
+
+
+def tiny_read(
+    after: Callable[[str], str] = str, log: Callable[[str], str] = str
+) -> tuple[str, ...]:
+    """The tiny bundle's start 1 judged with the time its teardown began and its served log."""
+    served, teardown = served_log(TINY)
+    return metrics_problems(
+        parsed(document(TINY)),
+        text(TINY, BEFORE),
+        after(text(TINY, AFTER)),
+        limits=limits_of(TINY),
+        sources=(BEFORE, AFTER),
+        read_by=teardown["began_at"],
+        served_log=log(served),
+        log_source=LOG,
+    ).problems
+
+
+def test_a_counter_created_after_the_read_was_taken_is_refused() -> None:
+    _, teardown = served_log(TINY)
+    late = teardown["ended_at"] + 3600
+    found = tiny_read(after=sample("http_requests_created", late, handler="/v1/chat/completions"))
+    assert found == (
+        f'{PAIR} (after): http_requests_created{{handler="/v1/chat/completions",method="POST",'
+        'status="2xx"}: expected a time no later than the read, taken before '
+        f"{teardown['began_at']!r} (teardown began), found {late!r}",
+    )
+
+
+def test_requests_counted_that_the_access_log_does_not_hold_are_refused() -> None:
+    """Three failed POSTs to another endpoint while the suite ran: uvicorn logs none."""
+    models = 'http_requests_total{handler="/v1/models",method="GET",status="2xx"} 1.0'
+    errors = 'http_requests_total{handler="/v1/completions",method="POST",status="5xx"} 3.0'
+    assert tiny_read(after=replaced(models, f"{models}\n{errors}")) == (
+        f'{LOG}: access lines of http_requests_total{{handler="/v1/completions",method="POST",'
+        'status="5xx"}: expected at least the 3 requests it counted between the reads '
+        f"({PAIR}; uvicorn logs every request it answers), found 0",
+    )
+
+
+def test_a_log_stripped_of_its_access_lines_is_refused() -> None:
+    """The argv leaves uvicorn's access log on: every counted request has its line."""
+    stripped = lambda log: "\n".join(line for line in log.splitlines() if "HTTP/1.1" not in line)  # noqa: E731
+    found = tiny_read(log=stripped)
+    assert (
+        f'{LOG}: access lines of http_requests_total{{handler="/v1/chat/completions",'
+        'method="POST",status="2xx"}: expected at least the 5 requests it counted between the '
+        f"reads ({PAIR}; uvicorn logs every request it answers), found 0"
+    ) in found, found
+    quiet = [*locked_argv(TINY), "--disable-uvicorn-access-log"]
+    assert not Limits.of(suite_of(TINY), quiet).access_logged
+    assert limits_of(TINY).access_logged

@@ -25,6 +25,7 @@ from repro_serving.builder.canonical import canonical_json
 from repro_serving.builder.claims import environments_claim, roles_claim
 from repro_serving.builder.cli import main
 from repro_serving.builder.native.auditreport import AuditDocument
+from repro_serving.builder.observe.vllmargv import logged_version_problems, logged_versions
 
 TINY = REPO_ROOT / "repro" / "tiny-cpu"
 TWO_NODES = REPO_ROOT / "repro" / "tiny-cpu-2node"
@@ -495,6 +496,46 @@ def _log(start: int, text: bytes, *, replace: bool = False) -> Edit:
     return edit
 
 
+def _while_serving(start: int, *lines: str, rank: str = "") -> Edit:
+    """`lines` written to the start's (rank's) log while it served: before its first answered
+    suite request (its first line on a rank that answers none), teardown's log_bytes moved on."""
+
+    def edit(root: Path) -> None:
+        directory = root / "evidence" / f"start-{start}" / rank
+        log = (directory / "server.log").read_bytes()
+        post = log.find(b'"POST /v1/chat/completions HTTP/1.1" 200')
+        at = log.index(b"\n") + 1 if post < 0 else log.rindex(b"\n", 0, post) + 1
+        added = "".join(f"{line}\n" for line in lines).encode()
+        (directory / "server.log").write_bytes(log[:at] + added + log[at:])
+        _json(
+            f"evidence/start-{start}/{rank}/teardown.json".replace("//", "/"),
+            lambda d: d.update(log_bytes=d["log_bytes"] + len(added)),
+        )(root)
+
+    return edit
+
+
+def _after_read(start: int, change: Callable[[str], str]) -> Edit:
+    def edit(root: Path) -> None:
+        path = root / "evidence" / f"start-{start}" / "metrics-after.prom"
+        path.write_text(change(path.read_text()))
+
+    return edit
+
+
+def _created_after_teardown(root: Path) -> None:
+    ended = json.loads((root / "evidence/start-1/teardown.json").read_text())["ended_at"]
+    chat = 'http_requests_created{handler="/v1/chat/completions",method="POST",status="2xx"}'
+    _after_read(
+        1, lambda t: re.sub(rf"^{re.escape(chat)} \S+$", f"{chat} {ended + 3600}", t, flags=re.M)
+    )(root)
+
+
+MODELS_COUNTED = 'http_requests_total{handler="/v1/models",method="GET",status="2xx"} 1.0'
+FAILED_ELSEWHERE = 'http_requests_total{handler="/v1/completions",method="POST",status="5xx"} 3.0'
+ANSWERED = 'INFO:     127.0.0.1:40000 - "POST /v1/chat/completions HTTP/1.1" {}'
+
+
 def _streamed_just_past_the_window(root: Path) -> None:
     """Start 1's streaming a fifth of a second longer than the stack was up between ready and
     teardown: any repro's wall clock reads both ends of that interval on the same host."""
@@ -640,7 +681,84 @@ START_LIES: dict[str, tuple[Edit, str, str]] = {
         "gates",
         "server_log:start-1",
     ),
+    "a worker dying while serving": (
+        _while_serving(
+            1,
+            "(EngineCore pid=22843) ERROR 12-04 15:14:44 [multiproc_executor.py:250] Worker proc "
+            "VllmWorker-0 died unexpectedly, shutting down executor.",
+        ),
+        "gates",
+        "server_log:start-1: 1 crash line(s) while serving; first: line 109 'died unexpectedly'",
+    ),
+    "a suite request answered 500 while serving": (
+        _while_serving(2, ANSWERED.format("500 Internal Server Error")),
+        "gates",
+        "server_log:start-2: 1 suite request(s) answered otherwise than 2xx while serving; "
+        "first: line 109 POST /v1/chat/completions 500",
+    ),
+    "seven suite requests logged for five rows": (
+        _while_serving(1, ANSWERED.format("200 OK"), ANSWERED.format("200 OK")),
+        "gates",
+        "server_log:start-1: 7 suite requests logged while serving, expected the 5 answered",
+    ),
+    "a log naming another vLLM as its API server's version": (
+        _while_serving(
+            1,
+            "(APIServer pid=22825) INFO 12-04 15:14:09 [api_server.py:1] vLLM API server version "
+            "0.31.0",
+        ),
+        "fresh starts",
+        "evidence/start-1/server.log: vLLM version 0.31.0: expected 0.32.0, the version the lock "
+        "pins",
+    ),
+    "failed requests counted that the access log does not hold": (
+        _after_read(
+            2, lambda t: t.replace(MODELS_COUNTED, f"{MODELS_COUNTED}\n{FAILED_ELSEWHERE}")
+        ),
+        "start-2 rows",
+        "evidence/start-2/server.log: access lines of http_requests_total"
+        '{handler="/v1/completions",method="POST",status="5xx"}: expected at least the 3 '
+        "requests it counted",
+    ),
+    "a counter created after teardown began": (
+        _created_after_teardown,
+        "start-1 rows",
+        'http_requests_created{handler="/v1/chat/completions",method="POST",status="2xx"}: '
+        "expected a time no later than the read, taken before",
+    ),
 }
+
+
+@pytest.mark.parametrize(
+    ("line", "version"),
+    [
+        ("(APIServer pid=1) INFO [api_server.py:1] vLLM API server version 0.31.0", "0.31.0"),
+        ("(APIServer pid=1) INFO [api_utils.py:347]  ▄▄ ▄█ █  ▀▄▀ █  version 0.32.0", "0.32.0"),
+        ("(EngineCore pid=2) INFO Initializing a V1 LLM engine (v0.32.0) with config:", "0.32.0"),
+        ("INFO [llm_engine.py:1] Initializing an LLM engine (v0.6.3) with config:", "0.6.3"),
+        ("(MainProcess pid=3) INFO Launching vLLM (v0.32.0) headless multiproc executor", "0.32.0"),
+        ("vLLM Version: 0.31.0.", "0.31.0"),
+    ],
+)  # fmt: skip
+def test_every_phrasing_in_which_vllm_logs_its_version_is_read(line: str, version: str) -> None:
+    assert logged_versions(line) == [version]
+    assert logged_version_problems(line, "server.log", "0.32.0") == (
+        []
+        if version == "0.32.0"
+        else [f"server.log: vLLM version {version}: expected 0.32.0, the version the lock pins"]
+    )
+
+
+def test_a_log_of_vllm_from_a_source_tree_names_one_version() -> None:
+    """No distribution pins it (an imported record): the log names one version, whatever it is."""
+    banner = "█  version 0.1.dev1267+g6ae34833d.d20260726\n"
+    assert logged_version_problems(banner * 2, "run/server.log", None) == []
+    assert logged_version_problems(
+        banner + "vLLM API server version 0.11.0\n", "run/server.log", None
+    ) == [
+        "run/server.log: vLLM versions 0.1.dev1267+g6ae34833d.d20260726, 0.11.0: expected one "
+        "(one server runs one vLLM)"
+    ]
 
 
 @pytest.mark.parametrize("lie", sorted(START_LIES))
@@ -828,6 +946,28 @@ NODE_LIES: dict[str, tuple[Edit, str, str]] = {
         _child_of_rank0_on_one_kernel,
         "fresh starts",
         "found a process of rank 0's tree",
+    ),
+    "rank 1's log naming another vLLM as the version it launched": (
+        lambda root: (
+            (root / "evidence/start-1/rank-1/server.log").write_bytes(
+                (root / "evidence/start-1/rank-1/server.log")
+                .read_bytes()
+                .replace(b"Launching vLLM (v0.32.0)", b"Launching vLLM (v0.31.0)")
+            )
+            and None
+        ),
+        "fresh starts",
+        "evidence/start-1/rank-1/server.log: vLLM version 0.31.0: expected 0.32.0",
+    ),
+    "a worker dying on rank 1 while it served": (
+        _while_serving(
+            1,
+            "(Worker_TP1 pid=26240) ERROR 12-04 17:57:00 [multiproc_executor.py:250] Worker proc "
+            "VllmWorker-1 died unexpectedly, shutting down executor.",
+            rank="rank-1",
+        ),
+        "gates",
+        "server_log:start-1:rank-1: 1 crash line(s) while serving; first: line 2",
     ),
     "rank 1's teardown not proven": (
         _json(

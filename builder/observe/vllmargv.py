@@ -7,9 +7,10 @@ them name a model (`--model` or the positional of `serve`, `--tokenizer`, `--spe
 the `model` of a `--speculative-config` JSON object) and at which revision; options as vLLM's
 parser reads them (`--max_model_len` is `--max-model-len`); the hub cache a repository id is
 looked up in, from the process's environment; a hub snapshot directory's repository and
-revision; a `/proc/<pid>/environ` block; an extension module's name from its file. The observer
-(`builder.observe.server`) and the drafting (`builder.manifestdraft`) read an argv through these
-alone, so that the two can never read it differently.
+revision; a `/proc/<pid>/environ` block; an extension module's name from its file; what a
+server's log says of it (the arguments it was started with, the vLLM versions it names). The
+observer (`builder.observe.server`) and the drafting (`builder.manifestdraft`) read an argv
+through these alone, so that the two can never read it differently.
 """
 
 from __future__ import annotations
@@ -309,6 +310,46 @@ def logged_argument_problems(log: str, argv: Sequence[str], where: str) -> list[
                 f"{' '.join(given) or '(a switch)'}"
             )
     return problems
+
+
+LOGGED_VERSION: Final = re.compile(
+    r"vLLM API server version (?P<api>[^\s,;()]+)"
+    r"|LLM engine \(v(?P<engine>[^\s()]+)\)"
+    r"|vLLM \(v(?P<launch>[^\s()]+)\)"
+    "|\u2588"
+    r" +version +(?P<banner>\S+)"
+    r"|vLLM [Vv]ersion:? +v?(?P<other>[^\s,;()]+)"
+)
+"""Every phrasing in which vLLM logs its own version: the API server's `vLLM API server version
+X` (before its banner), the banner's `█  version X`, the engine core's `Initializing a V1 LLM
+engine (vX)` (V0: `Initializing an LLM engine (vX)`), a headless node's `Launching vLLM (vX)
+headless multiproc executor`, and `vLLM version X` / `vLLM Version: X`."""
+
+
+def logged_versions(log: str) -> list[str]:
+    """The vLLM versions `log` states, in order, each as often as it states it."""
+    return [
+        next(value for value in match.groups() if value is not None).rstrip(".")
+        for match in LOGGED_VERSION.finditer(log)
+    ]
+
+
+def logged_version_problems(log: str, where: str, pinned: str | None) -> list[str]:
+    """Every vLLM version `log` (the file `where`) states is `pinned`, the version the lock pins;
+    where none is pinned (vLLM served from a source tree), the log states one version only: one
+    server runs one vLLM."""
+    stated = sorted(set(logged_versions(log)))
+    if pinned is not None:
+        return [
+            f"{where}: vLLM version {version}: expected {pinned}, the version the lock pins"
+            for version in stated
+            if version != pinned
+        ]
+    if len(stated) > 1:
+        return [
+            f"{where}: vLLM versions {', '.join(stated)}: expected one (one server runs one vLLM)"
+        ]
+    return []
 
 
 def _given(argv: Sequence[str], option: str) -> list[str] | None:
