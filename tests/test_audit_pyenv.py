@@ -37,6 +37,7 @@ from repro_serving.builder.native.pyenv import (
     Started,
     environment,
     interpreter_options,
+    is_interpreter_file,
     parse_venv_config,
     resolve_argv0,
     search_stdlib,
@@ -544,3 +545,23 @@ def test_each_process_of_the_server_on_path_runs_in_the_venv_its_interpreter_fou
     assert api.how.startswith(f"argv[0] 'python' found on its PATH in {SERVE_VENV}/bin")
     renamed = [env for pid, env in found.items() if roles[pid] in ("engine_core", "worker")]
     assert all(f"as its ancestor pid {path_server.pid}" in env.how for env in renamed)
+
+
+@pytest.mark.parametrize(
+    ("path", "own"),
+    [
+        ("{python_prefix}/bin/python3.11", True),
+        ("{python_prefix}/lib/libpython3.11.so.1.0", True),
+        ("{python_prefix}/lib/python3.11/lib-dynload/_ssl.cpython-311-x86_64-linux-gnu.so", True),
+        ("{python_prefix}/lib/python3.12/lib-dynload/_ssl.cpython-312-x86_64-linux-gnu.so", False),
+        ("{python_prefix}/lib/x86_64-linux-gnu/libc.so.6", False),
+        ("{site}/torch/lib/libtorch_cpu.so", False),
+        ("/usr/lib/x86_64-linux-gnu/libssl.so.3", False),
+    ],
+)
+def test_the_interpreters_own_files_are_its_executable_library_and_standard_library(
+    path: str, own: bool
+) -> None:
+    """What another admitted release of the interpreter replaces, and nothing else: the
+    system's libraries under a /usr prefix stay compared with the lock."""
+    assert is_interpreter_file(path, "3.11") is own
