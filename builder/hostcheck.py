@@ -103,16 +103,13 @@ def host_drifts(sealed: OpenedBundle, observed: Observations) -> HostFindings:
             if here.get(name) != version
         )
         difference = interpreter_difference(sealed, observed.python.version)
-    series = ".".join(lock.python.interpreter.split(".")[:2]) if difference else None
+    series = _series(lock.python.interpreter) if difference else None
     found.extend(native_drifts(lock, observed.values, other_interpreter=series))
-    if difference is not None:
-        skipped = sum(
-            1 for path in _locked(lock) if series is not None and is_interpreter_file(path, series)
-        )
-        difference = difference.model_copy(
-            update={"consequence": difference.consequence.format(files=skipped)}
-        )
     return HostFindings(tuple(found), (difference,) if difference else ())
+
+
+def _series(release: str) -> str:
+    return ".".join(release.split(".")[:2])
 
 
 def interpreter_difference(sealed: OpenedBundle, version: str) -> Difference | None:
@@ -122,13 +119,15 @@ def interpreter_difference(sealed: OpenedBundle, version: str) -> Difference | N
     sealed_release, pin = sealed.lock.python.interpreter, sealed.manifest.python.interpreter
     if version == sealed_release or not version_matches(pin, version):
         return None
+    series = _series(sealed_release)
+    files = sum(1 for path in _locked(sealed.lock) if is_interpreter_file(path, series))
     return Difference(
         subject="python.interpreter",
         sealed=f"Python {sealed_release}",
         here=f"Python {version}",
         accepted_by=f'[python] interpreter = "{pin}"',
         consequence=(
-            "the interpreter's own {files} locked files (its executable, shared library and "
+            f"the interpreter's own {files} locked files (its executable, shared library and "
             "standard library modules) and the system libraries only they need are not "
             "compared with the lock; every distribution of the venv still is"
         ),

@@ -9,11 +9,9 @@ paths anchored like `verify --anchor`), each step independent, idempotent and at
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from pathlib import Path
 
-from repro_serving.builder.drift import Drift
-from repro_serving.builder.observe import host as host_observer
 from repro_serving.builder.restore.models import restore_model
 from repro_serving.builder.restore.python import restore_python
 from repro_serving.builder.restore.sources import restore_source
@@ -22,25 +20,11 @@ from repro_serving.builder.sealing.keys import TrustedKeys
 from repro_serving.builder.verify import NotVerified, OpenedBundle, VerifyReport, verify
 
 
-def host_preflight(opened: OpenedBundle) -> list[Drift]:
-    """What refuses this host before anything is made: the code its CPU selects against the
-    code the record ran, then the host facts the manifest enforces (what `launch`'s preflight
-    would refuse after the wait)."""
-    from repro_serving.builder import hostcheck  # observing this host
-
-    selected = hostcheck.dispatch_drifts(opened, hostcheck.capabilities())
-    if selected:
-        return selected
-    return host_observer.compare(opened.manifest.host, host_observer.observe_host())
-
-
 class RestoreRefused(NotVerified):
-    """The bundle does not verify offline, or this host cannot replay it: nothing was made."""
+    """The bundle does not verify offline: nothing was made."""
 
-    def __init__(
-        self, report: VerifyReport, what: str = "restore refused: the bundle does not verify"
-    ) -> None:
-        super().__init__(what, report)
+    def __init__(self, report: VerifyReport) -> None:
+        super().__init__("restore refused: the bundle does not verify", report)
 
 
 @dataclass(frozen=True)
@@ -72,11 +56,6 @@ def restore(
     if not report.ok:
         raise RestoreRefused(report)
     opened = OpenedBundle.read(path, anchor)
-    refused = host_preflight(opened)
-    if refused:
-        stopped = "this host cannot replay the bundle: nothing was made"
-        raised = replace(report, findings=tuple(refused), stopped=stopped)
-        raise RestoreRefused(raised, "restore refused: this host cannot replay the bundle")
     manifest = opened.manifest
     base = _normal(manifest.resolve("."))
     steps = [
