@@ -39,10 +39,15 @@ import platform
 import posixpath
 import re
 import shutil
+import socket
+import subprocess
 import sys
 import sysconfig
+import tomllib
 import zipfile
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 _PIN = re.compile(r"([A-Za-z0-9][A-Za-z0-9._-]*)==(\S+) --hash=sha256:([0-9a-f]{64})")
 _FIELD = re.compile(r"# (python|platform): (\S+)")
@@ -62,11 +67,16 @@ def main(argv: list[str]) -> int:
     if command == "fits" and len(arguments) == 1:
         problem = fits(Path(arguments[0]))
         return _report([problem] if problem else [])
+    if command == "preflight" and len(arguments) == 1:
+        problems, chosen = preflight(Path(arguments[0]), HostView.here())
+        if chosen:
+            print(chosen)
+        return _report(problems)
     if command == "check-env" and len(arguments) == 3:
         env, requirements, wheel = (Path(argument) for argument in arguments)
         return _report(check_env(env, requirements, wheel))
     sys.stderr.write(
-        "usage: launch_helper.py facts LOCK | fits REQUIREMENTS"
+        "usage: launch_helper.py facts LOCK | fits REQUIREMENTS | preflight BUNDLE"
         " | check-env ENV REQUIREMENTS WHEEL\n"
     )
     return 2
@@ -114,6 +124,255 @@ def fits(requirements: Path) -> str | None:
         f"the bundle's tools are pinned for Python {pinned[0]} on {pinned[1]}; "
         f"{sys.executable} is Python {here[0]} on {here[1]}"
     )
+
+
+# --- this host against the bundle, before anything is installed ----------------------------------
+
+
+@dataclass(frozen=True)
+class HostView:
+    """What the preflight reads of a host: `observe_host`'s facts, as far as the standard
+    library reads them."""
+
+    arch: str
+    os: str
+    os_release: str
+    """PRETTY_NAME of /etc/os-release."""
+    kernel: str
+    cpu_flags: frozenset[str]
+    pci: tuple[tuple[str, str, str | None, str | None], ...]
+    """Each PCI function: its address, vendor:device, bound driver and that driver's version."""
+
+    @classmethod
+    def here(cls, root: Path = Path("/")) -> HostView:
+        uname = os.uname()
+        flags: frozenset[str] = frozenset()
+        for line in _read(root / "proc" / "cpuinfo").splitlines():
+            key, _, value = line.partition(":")
+            if key.strip() == "flags":
+                flags = frozenset(value.split())
+                break
+        release = {}
+        for line in _read(root / "etc" / "os-release").splitlines():
+            key, separator, value = line.partition("=")
+            if separator:
+                release[key.strip()] = value.strip().strip("\"'")
+        pci = []
+        devices = root / "sys" / "bus" / "pci" / "devices"
+        for function in sorted(devices.iterdir()) if devices.is_dir() else ():
+            ids = [_read(function / n).lower().removeprefix("0x") for n in ("vendor", "device")]
+            link = function / "driver"
+            driver = link.readlink().name if link.is_symlink() else None
+            version = _read(root / "sys" / "module" / driver / "version") if driver else ""
+            pci.append((function.name, ":".join(ids), driver, version or None))
+        return cls(
+            arch=uname.machine,
+            os=uname.sysname.lower(),
+            os_release=release.get("PRETTY_NAME", ""),
+            kernel=uname.release,
+            cpu_flags=flags,
+            pci=tuple(pci),
+        )
+
+
+def _read(path: Path) -> str:
+    try:
+        return path.read_text(encoding="utf-8", errors="replace").strip()
+    except OSError:
+        return ""
+
+
+def preflight(bundle: Path, host: HostView) -> tuple[list[str], str | None]:
+    """Every refusal `host` earns against the bundle without installing anything, and the
+    interpreter the serving venv will be made with (None for an imported record, which pins no
+    venv). The choice of code first: on a CPU that selects other kernels nothing else matters."""
+    lock = json.loads((bundle / "lock.json").read_text(encoding="utf-8"))
+    manifest = tomllib.loads((bundle / "manifest.toml").read_text(encoding="utf-8"))
+    problems = dispatch_problems(lock, bundle / "kernels", host)
+    if problems:
+        return problems, None
+    problems += host_problems(manifest.get("host", {}), host)
+    if lock.get("record") is not None:
+        return problems, None
+    if not manifest.get("node"):
+        problems += _port_problems(int(manifest["launch"]["port"]))
+    chosen, problem = serving_interpreter(
+        manifest["python"]["interpreter"], lock["python"]["interpreter"]
+    )
+    return [*problems, *([problem] if problem else [])], chosen
+
+
+def predict(rule: dict[str, Any], arch: str, flags: frozenset[str], env: dict[str, str]) -> str:
+    """The variant a kernel set's `[[dispatch]]` rule selects (`builder.native.dispatch.predict`,
+    which the tests hold this equal to): the override variable's, else the first variant whose
+    architectures and CPU flags this host has."""
+    override = rule.get("override_env")
+    if override and override in env:
+        for variant in rule["variants"]:
+            if variant.get("override") == env[override]:
+                return str(variant["name"])
+    for variant in rule["variants"]:
+        when = variant.get("when", {})
+        if when.get("arch") and arch not in when["arch"]:
+            continue
+        if all(flag in flags for flag in when.get("cpu_flags", ())):
+            return str(variant["name"])
+    return "no variant"
+
+
+def dispatch_problems(lock: dict[str, Any], kernels: Path, host: HostView) -> list[str]:
+    """Each choice of code the lock records against the one this host's CPU makes, with what to
+    do instead when they differ."""
+    problems = []
+    env = lock.get("launch", {}).get("env", {})
+    for claim in lock.get("native", {}).get("dispatch", ()):
+        path = kernels / f"{claim['kernel_set']}.toml"
+        rules = tomllib.loads(path.read_text(encoding="utf-8")).get("dispatch", ())
+        rule = next((r for r in rules if r["name"] == claim["name"]), None)
+        if rule is None:
+            problems.append(f"{claim['name']}: no dispatch rule in {path.name}")
+            continue
+        here = predict(rule, host.arch, host.cpu_flags, env)
+        if here == claim["variant"]:
+            continue
+        sealed = claim["facts"]
+        facts = {k: _fact(k, host, env) for k in sealed}
+        differ = ", ".join(
+            f"{k}={facts[k]}" for k in sorted(sealed) if facts[k] != _shown(sealed[k])
+        )
+        problems.append(
+            f"{claim['name']}: this CPU selects {here}; the bundle ran {claim['variant']} "
+            f"({_facts(sealed)}). This host differs in {differ or 'the facts above'}: the "
+            f"bundle replays on a host where those are as sealed. To make a bundle of this "
+            f"host's code, build its manifest here, from a checkout of repro: repro build "
+            f"{lock['bundle']['manifest_path']} --signing-key KEY"
+        )
+    return problems
+
+
+def _fact(name: str, host: HostView, env: dict[str, str]) -> str:
+    kind, _, value = name.partition(":")
+    if name == "arch":
+        return host.arch
+    if kind == "cpu":
+        return _shown(value in host.cpu_flags)
+    return env.get(value, "unset")
+
+
+def _facts(facts: dict[str, object]) -> str:
+    return ", ".join(f"{k}={_shown(v)}" for k, v in sorted(facts.items()))
+
+
+def _shown(value: object) -> str:
+    if isinstance(value, bool):
+        return "yes" if value else "no"
+    return str(value)
+
+
+def host_problems(enforced: dict[str, Any], host: HostView) -> list[str]:
+    """The facts the manifest's `[host]` enforces (`builder.observe.host.compare`)."""
+    problems = [
+        f"{fact}: the manifest's [host] enforces {value!r}; this host has {found!r}"
+        for fact, value, found in (
+            ("arch", enforced.get("arch"), host.arch),
+            ("os", enforced.get("os"), host.os),
+            ("os_release", enforced.get("os_release"), host.os_release),
+            ("kernel", enforced.get("kernel"), host.kernel),
+        )
+        if value is not None and value != found
+    ]
+    for accelerator in enforced.get("accelerators", ()):
+        ids = accelerator["vendor_device"].lower()
+        present = sorted(address for address, found, _, _ in host.pci if found == ids)
+        wanted = sorted(accelerator.get("addresses", ()))
+        count = accelerator.get("count")
+        if (wanted and wanted != present) or (count is not None and count != len(present)):
+            expected = f"at {', '.join(wanted)}" if wanted else f"{count} present"
+            found = f"{len(present)} at {', '.join(present)}" if present else "none"
+            problems.append(f"accelerator {ids}: the manifest enforces {expected}; found {found}")
+    for driver, version in sorted(enforced.get("drivers", {}).items()):
+        versions = sorted({v or "unknown" for _, _, d, v in host.pci if d == driver})
+        if versions != [version]:
+            problems.append(
+                f"driver {driver}: the manifest enforces {version}; found "
+                f"{', '.join(versions) or 'not bound'}"
+            )
+    return problems
+
+
+def _port_problems(port: int) -> list[str]:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            probe.bind(("127.0.0.1", port))
+        except OSError as error:
+            return [
+                f"port {port} on 127.0.0.1 (the manifest's [launch] port) cannot be bound: "
+                f"{error.strerror}; stop what listens there"
+            ]
+    return []
+
+
+def serving_interpreter(pin: str, release: str) -> tuple[str | None, str | None]:
+    """The interpreter `repro restore` will make the serving venv with (`builder.restore.python.
+    base_interpreter`): the sealed `release` where found, else the newest release the manifest's
+    `pin` admits; and the refusal, saying how to get one, when none is here."""
+    series = ".".join(release.split(".")[:2])
+    home = Path(os.environ.get("HOME", "/nonexistent"))
+    places = [Path(sys.executable)]
+    for directory in os.environ.get("PATH", "").split(os.pathsep):
+        if directory:
+            places += [Path(directory) / f"python{series}", Path(directory) / "python3"]
+    places.append(home / ".pyenv" / "versions" / release / "bin" / f"python{series}")
+    places += sorted((home / ".local/share/uv/python").glob(f"cpython-{release}-*/bin/python3"))
+    seen: dict[str, str] = {}
+    for place in places:
+        found = _version_of(place) if place.is_file() else None
+        if found is None or found[1] in seen:
+            continue
+        version, real = found
+        if version == release:
+            return real, None
+        seen[real] = version
+    wanted = pin.split(".")
+    admitted = [(p, v) for p, v in seen.items() if v.split(".")[: len(wanted)] == wanted]
+    if admitted:
+        newest = max(
+            admitted, key=lambda pv: [int(x) if x.isdigit() else -1 for x in pv[1].split(".")]
+        )
+        return newest[0], None
+    listed = "; ".join(f"{p}: Python {v}" for p, v in seen.items()) or "none"
+    how = (
+        f"install it (pyenv install {pin}, or uv python install {pin})"
+        if len(wanted) > 2
+        else f"install one (Debian and Ubuntu: apt install python{pin} python{pin}-venv)"
+    )
+    return None, (
+        f'the serving venv needs Python {pin} ([python] interpreter = "{pin}"; sealed with '
+        f"{release}); found {listed}: {how}, and put it on PATH"
+    )
+
+
+def _release_key(version: str) -> list[int]:
+    return [int(part) if part.isdigit() else -1 for part in version.split(".")]
+
+
+def _version_of(python: Path) -> tuple[str, str] | None:
+    """The release `python` reports and the real path of the interpreter it runs (a pyenv shim
+    is a script that runs another)."""
+    code = "import os, sys; print(sys.version.split()[0], os.path.realpath(sys.executable))"
+    try:
+        done = subprocess.run(
+            [str(python), "-I", "-S", "-c", code],
+            capture_output=True,
+            text=True,
+            timeout=30,
+            check=False,
+        )
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    version, _, real = done.stdout.strip().partition(" ")
+    return (version, real) if done.returncode == 0 and version and real else None
 
 
 # --- the private environment ---------------------------------------------------------------------
