@@ -41,6 +41,7 @@ from repro_serving.builder.native.procmaps import FileId
 from repro_serving.builder.native.rules import (
     AuditPolicy,
     env_drifts,
+    inherited_environments,
     module_drifts,
     pin_drifts,
     role_drifts,
@@ -101,8 +102,11 @@ def judge(tree: TreeSnapshot, policy: AuditPolicy, loader: LoaderInputs) -> Audi
     processes: list[ProcessAudit] = []
     drifts: list[Drift] = []
     elves = _read_elves(tree, loader.fs)
+    places = inherited_environments((p.pid, p.ppid, p.environ) for p in tree.processes)
     for process in tree.processes:
-        audit, found = _audit_process(process, tree.files, elves, policy, loader)
+        audit, found = _audit_process(
+            process, tree.files, elves, policy, loader, places=places.get(process.pid, {})
+        )
         processes.append(audit)
         drifts.extend(found)
     drifts.extend(_file_drifts(tree))
@@ -213,7 +217,10 @@ def _audit_process(
     elves: Mapping[FileId, ElfInfo | None],
     policy: AuditPolicy,
     loader: LoaderInputs,
+    *,
+    places: Mapping[str, str],
 ) -> tuple[ProcessAudit, list[Drift]]:
+    """`places`: what places the process's JIT directories (`rules.inherited_environments`)."""
     mapped = {fid: files[fid] for fid in process.files if fid in files and files[fid].is_elf}
     names = {fid: _names(files[fid].path, elves.get(fid)) for fid in mapped}
     explainer = _Explainer(process, mapped, names)
@@ -245,9 +252,7 @@ def _audit_process(
     _explain_startup(explainer, startup)
     _explain_runtime(explainer, startup, elves, env_loader)
     audit = _process_audit(process, explainer)
-    explainer.drifts.extend(
-        root_drifts(process.pid, process.role, audit.objects, policy, process.environ)
-    )
+    explainer.drifts.extend(root_drifts(process.pid, process.role, audit.objects, policy, places))
     return audit, explainer.drifts
 
 

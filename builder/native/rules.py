@@ -154,6 +154,34 @@ def _declared_preload(value: str, declared: Sequence[str], realpath: Callable[[s
     return all(realpath(entry) in declared for entry in entries)
 
 
+JIT_ENV: Final = ("HOME", "TMPDIR", "TEMP", "TMP")
+"""What places a process's JIT directories (`builder.native.kernels.jit_directories`)."""
+
+
+def inherited_environments(
+    processes: Iterable[tuple[int, int, Mapping[str, str]]],
+) -> dict[int, dict[str, str]]:
+    """Each process's (pid, ppid, environ) environment as far as it places JIT directories: its
+    own HOME and temporary directory, or, where it states none of them (a process that renamed
+    itself cleared the start of its environment block), its parent's, which it inherited."""
+    by_pid = {pid: (ppid, environ) for pid, ppid, environ in processes}
+    found: dict[int, dict[str, str]] = {}
+
+    def resolve(pid: int, seen: frozenset[int]) -> dict[str, str]:
+        if pid in found:
+            return found[pid]
+        ppid, environ = by_pid[pid]
+        own = {name: environ[name] for name in JIT_ENV if name in environ}
+        if not own and ppid in by_pid and ppid not in seen:
+            own = resolve(ppid, seen | {pid})
+        found[pid] = own
+        return own
+
+    for pid in by_pid:
+        resolve(pid, frozenset())
+    return found
+
+
 def root_drifts(
     pid: int,
     role: str,

@@ -33,6 +33,7 @@ from repro_serving.builder.native.rules import (
     KNOWN_RULES,
     AuditPolicy,
     env_drifts,
+    inherited_environments,
     module_drifts,
     pin_drifts,
     role_drifts,
@@ -109,8 +110,11 @@ def rejudge(
     processes = [p for document in documents for p in document.processes]
     drifts += _tree_drifts(documents[0].root_pid, processes, where)
     files: dict[str, tuple[str, str | None]] = {}
+    places = inherited_environments((p.pid, p.ppid, p.environ) for p in processes)
     for process in processes:
-        drifts += _process_drifts(process, policy, interpreter, files, where)
+        drifts += _process_drifts(
+            process, policy, interpreter, files, where, places=places[process.pid]
+        )
     drifts += _one_file_a_path(processes, where)
     exes = sorted({p.exe for p in processes if p.exe is not None})
     if len(exes) > 1:
@@ -214,7 +218,10 @@ def _process_drifts(
     interpreter: Interpreter | None,
     files: dict[str, tuple[str, str | None]],
     where: str,
+    *,
+    places: Mapping[str, str],
 ) -> list[Drift]:
+    """`places`: what places the process's JIT directories (`rules.inherited_environments`)."""
     at = f"{where}: pid {process.pid} ({process.role})"
     if process.error is not None or process.exe is None:
         return [
@@ -227,7 +234,7 @@ def _process_drifts(
             )
         ]
     drifts = env_drifts(process.pid, process.role, process.environ, policy)
-    drifts += root_drifts(process.pid, process.role, process.objects, policy, process.environ)
+    drifts += root_drifts(process.pid, process.role, process.objects, policy, places)
     named = classify_role(process.name, ())
     if named not in ("other", process.role):
         drifts.append(
