@@ -99,8 +99,11 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     parser.add_argument("--version", action=_Version)
     _add_globals(parser, False)
     sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
-    for name in commands.names():
-        command_parser = sub.add_parser(name, help=commands.summary(name))
+    names = commands.names()
+    # the summaries are read from each module's source only where the commands are listed
+    listing = command not in names
+    for name in names:
+        command_parser = sub.add_parser(name, help=commands.summary(name) if listing else None)
         if command is not None and name != command:
             continue
         module = commands.load(name)
