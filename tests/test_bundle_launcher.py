@@ -576,7 +576,7 @@ def test_launch_runs_the_bundles_own_verify_and_stops_at_its_refusal(
     the repro it installed refuses, and nothing is restored or started."""
     edit, _ = RESEALED["a value of the README changed"]
     copy = resealed(tmp_path, edit)
-    done = launch(copy, launched.machine, "--key", str(PUBLIC))
+    done = launch(copy, launched.machine, "--key", str(PUBLIC), "--verify-only")
     assert done.returncode == 1, done.stderr[-3000:]
     assert "checking the private environment" in done.stderr, "the environment was reused"
     assert f"FAIL: {copy} signed by" in done.stderr
