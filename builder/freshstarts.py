@@ -116,13 +116,26 @@ def _ranks_problems(
 
 
 def _one_kernel(leader: StartEvidence, rank: StartEvidence) -> list[str]:
-    """Two trees that lived side by side on one kernel."""
+    """Two trees that lived side by side on one kernel: no pid in both, no parent of one the
+    other's, one file at each path both map."""
     problems = []
     theirs = {p.pid for p in leader.processes}
     if shared := sorted(theirs & {p.pid for p in rank.processes}):
         problems.append(
             f"{rank.where}/audit: pids {shared}: expected none of rank 0's tree, which ran on "
             "the same kernel (nodes.json boot_id) at the same time"
+        )
+    files = {o.path: (o.file_id, o.sha256) for p in leader.processes for o in p.objects}
+    other = sorted(
+        o.path
+        for p in rank.processes
+        for o in p.objects
+        if o.path in files and files[o.path] != (o.file_id, o.sha256)
+    )
+    if other:
+        problems.append(
+            f"{rank.where}/audit: {', '.join(dict.fromkeys(other))}: expected the files rank 0 "
+            "maps at those paths on the same kernel, found other files"
         )
     root = next((p for p in rank.processes if p.pid == rank.root_pid), None)
     if root is not None and root.ppid in theirs:

@@ -12,7 +12,9 @@ the manifest and the lock, starting nothing.
 from __future__ import annotations
 
 import functools
+import ipaddress
 import itertools
+import posixpath
 import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -41,7 +43,7 @@ from repro_serving.builder.hashing import sha256_bytes, sha256_file
 from repro_serving.builder.lock import EvidenceClass, Lock, OracleRowClaim, ThroughputClaim
 from repro_serving.builder.manifest import Manifest, Suite, expand
 from repro_serving.builder.native.auditreport import AuditDocument, AuditDrifts, ProcessEvidence
-from repro_serving.builder.native.kernels import KernelSet, dispatches
+from repro_serving.builder.native.kernels import KernelSet
 from repro_serving.builder.native.sealedaudit import Interpreter, manifest_policy, rejudge
 from repro_serving.builder.observations import (
     OBSERVATIONS_FILE,
@@ -713,20 +715,23 @@ def _audit_checks(sealed: OpenedBundle) -> list[ClaimCheck]:
     """Each start's sealed live audit on each node, judged again: whatever it states, a drift
     found again fails it."""
     checks = []
+    roots: dict[str, ProcessEvidence] = {}
     for start, rank in _starts_and_ranks(sealed):
         audit = sealed.audit(start, rank)
         problems = [
             f"{d.kind.value} {d.subject}: expected {d.expected}, found {d.observed}"
             for d in audit.all_drifts
         ]
-        overrides = _override_variables(sealed)
         if rank == 0:
-            problems += _environment_problems(audit, sealed.run.env, "run.json env", overrides)
+            problems += _environment_problems(audit, sealed.run.env, "run.json env")
         else:
             node = next(n for n in sealed.lock.nodes if n.rank == rank)
-            problems += _environment_problems(
-                audit, node.env, f"lock nodes[rank {rank}].env", overrides
-            )
+            problems += _environment_problems(audit, node.env, f"lock nodes[rank {rank}].env")
+        root = _root(audit)
+        if root is not None:
+            problems += _private_problems(sealed.run.env, start, rank, root)
+            problems += _shared_private(root, roots)
+            roots[f"start {start}" + (f" rank {rank}" if rank else "")] = root
         name = f"start-{start}" + (f" rank {rank}" if rank else "")
         checks.append(
             ClaimCheck(
@@ -740,67 +745,35 @@ def _audit_checks(sealed: OpenedBundle) -> list[ClaimCheck]:
     return checks
 
 
-CODE_PATH_ENV: Final = (
-    "PYTHONPATH",
-    "PYTHONHOME",
-    "PYTHONSTARTUP",
-    "PYTHONUSERBASE",
-    "PYTHONPLATLIBDIR",
-    "PYTHONPYCACHEPREFIX",
-    "PYTHONWARNINGS",
-    "PYTHONBREAKPOINT",
-    "PYTHONSAFEPATH",
-    "GLIBC_TUNABLES",
-)
-"""Variables that change which code a process runs: where the interpreter imports from (its
-path, home, startup file, user base, platform library directory, bytecode cache), what it
-imports on its own (a warning category, the breakpoint hook), and which variant of its code
-glibc selects (its tunables, hwcaps among them)."""
-JUDGED_LOADER_ENV: Final = ("LD_PRELOAD", "LD_LIBRARY_PATH")
-"""The loader's variables a process of the stack may add for its children, judged by the audit
-(the declared preloads, the allowed roots) and locked by role; every other LD_* steers code."""
-
-
-def _steers_code(name: str, overrides: frozenset[str]) -> bool:
-    return (
-        name in CODE_PATH_ENV
-        or name in overrides
-        or (name.startswith("LD_") and name not in JUDGED_LOADER_ENV)
-    )
-
-
-def _override_variables(sealed: OpenedBundle) -> frozenset[str]:
-    """The variables that force a sealed dispatch's variant (ATEN_CPU_CAPABILITY, ...)."""
-    rules = dispatches(sealed.kernel_sets())
-    return frozenset(d.override_env for _, d in rules.values() if d.override_env)
+ADDED_BY_THE_STACK: Final = re.compile(r"^(VLLM_[A-Z0-9_]+|LD_PRELOAD|LD_LIBRARY_PATH)$")
+"""What a process of the stack may add for its children beyond the environment it was started
+with: vLLM's own settings, and the preload and library path the audit judges (the declared
+preloads, the allowed roots) and the lock pins by role. Every other variable the audit keeps
+(where Python imports from and how it runs, which code a kernel library or glibc selects, where
+runtime kernels are compiled) is the one the tree was started with."""
 
 
 def _root(audit: SealedAudit) -> ProcessEvidence | None:
     return next((p for p in audit.processes if p.pid == audit.root_pid), None)
 
 
-def _environment_problems(
-    audit: SealedAudit, launched: Mapping[str, str], where: str, overrides: frozenset[str]
-) -> list[str]:
+def _environment_problems(audit: SealedAudit, launched: Mapping[str, str], where: str) -> list[str]:
     """The tree was started with `launched` (run.json's environment; a rank beyond 0: the lock's
     environment of its node): the root holds exactly the variables the audit keeps of it
     (`native.processes.LOADER_ENV`) but for the private HOME and temporary directory each start
-    has of its own; every process keeps each of them at its value, the private ones at the
-    root's, and adds no variable that changes which code runs (`CODE_PATH_ENV`, every LD_*
-    beside the judged LD_PRELOAD and LD_LIBRARY_PATH, a dispatch's override). The stack may add
-    others for its children (vLLM's own VLLM_* settings, the preload torch asks for), which the
-    audit judges. A process that renames itself may have cleared some: one missing is not a
-    drift."""
+    has of its own (`_private_problems`); every process keeps each of them at its value, the
+    private ones at the root's, and adds none but `ADDED_BY_THE_STACK`. A process that renames
+    itself may have cleared some: one missing is not a drift."""
     root = _root(audit)
     own = {n: v for n, v in (root.environ if root else {}).items() if n in RUN_PRIVATE_ENV}
     problems = []
     for process in audit.processes:
         for name, value in sorted(process.environ.items()):
-            stated = own[name] if name in own else launched.get(name)
             if name in own and process is root:
                 continue
+            stated = own[name] if name in own else launched.get(name)
             if stated == value or (
-                process is not root and stated is None and not _steers_code(name, overrides)
+                process is not root and stated is None and ADDED_BY_THE_STACK.match(name)
             ):
                 continue
             problems.append(
@@ -808,6 +781,45 @@ def _environment_problems(
                 + (f"{stated!r}" if stated is not None else "unset")
                 + f" ({'the root' if name in own else where}), found {value!r}"
             )
+    return problems
+
+
+def _shared_private(root: ProcessEvidence, earlier: Mapping[str, ProcessEvidence]) -> list[str]:
+    """A private HOME or temporary directory is one start's and one rank's alone."""
+    return [
+        f"environment pid {root.pid} ({root.role}): {name}: expected a directory of its own, "
+        f"found {root.environ[name]!r}, {where}'s"
+        for where, other in earlier.items()
+        for name in sorted(RUN_PRIVATE_ENV)
+        if name in root.environ and other.environ.get(name) == root.environ[name]
+    ]
+
+
+def _private_problems(
+    launched: Mapping[str, str], start: int, rank: int, root: ProcessEvidence
+) -> list[str]:
+    """A start's root has the private HOME repro gives each start and rank under its run
+    directory (run.json's HOME is start 1's), and a private temporary directory where run.json's
+    was made (`launch.spec`), each its own (checked across starts by the caller)."""
+    problems = []
+    home, tmp = launched.get("HOME"), launched.get("TMPDIR")
+    if home is not None:
+        run = posixpath.dirname(posixpath.dirname(home))
+        expected = posixpath.join(
+            run, f"start-{start}", *([f"rank-{rank}"] if rank else []), "home"
+        )
+        if root.environ.get("HOME", expected) != expected:
+            problems.append(
+                f"environment pid {root.pid} ({root.role}): HOME: expected {expected!r} (this "
+                f"start's under run.json's), found {root.environ['HOME']!r}"
+            )
+    found = root.environ.get("TMPDIR")
+    where = posixpath.dirname(tmp) if tmp is not None else None
+    if where is not None and found is not None and posixpath.dirname(found) != where:
+        problems.append(
+            f"environment pid {root.pid} ({root.role}): TMPDIR: expected a directory of its own "
+            f"in {where!r} (where run.json's was made), found {found!r}"
+        )
     return problems
 
 
@@ -957,7 +969,7 @@ def _nodes_check(sealed: OpenedBundle) -> ClaimCheck:
         values=sealed.observations.values,
         kernel_sets=sealed.kernel_sets(),
     )
-    found = list(problems)
+    found = [*problems, *one_kernel_problems(facts)]
     if claims != lock.nodes:
         differing = [
             f"rank {mine.rank}"
@@ -975,6 +987,41 @@ def _nodes_check(sealed: OpenedBundle) -> ClaimCheck:
         not found,
         "; ".join(found),
     )
+
+
+def one_kernel_problems(document: NodesDocument) -> list[str]:
+    """Nodes reached on loopback addresses are one machine: they state one kernel boot id. Nodes
+    of one boot id are one kernel: they state the same host facts."""
+    problems = []
+    nodes = sorted(document.nodes, key=lambda n: n.rank)
+    local = [n for n in nodes if _loopback(n.address)]
+    if len({n.boot_id for n in local}) > 1 or any(n.boot_id is None for n in local):
+        stated = ", ".join(f"rank {n.rank}: {n.boot_id}" for n in local)
+        problems.append(
+            f"{NODES_FILE}: boot_id: expected one for the nodes on loopback addresses, which are "
+            f"this one machine, found {stated}"
+        )
+    for first, other in itertools.combinations(nodes, 2):
+        if first.boot_id is None or first.boot_id != other.boot_id:
+            continue
+        differing = sorted(
+            name
+            for name, value in first.host.to_json().items()
+            if other.host.to_json().get(name) != value
+        )
+        if differing:
+            problems.append(
+                f"{NODES_FILE}: rank {other.rank} host {', '.join(differing)}: expected rank "
+                f"{first.rank}'s, whose kernel (boot_id {first.boot_id}) it runs on"
+            )
+    return problems
+
+
+def _loopback(address: str) -> bool:
+    try:
+        return ipaddress.ip_address(address).is_loopback
+    except ValueError:  # a host name: it may name any machine
+        return False
 
 
 def _gates_check(sealed: OpenedBundle) -> ClaimCheck:

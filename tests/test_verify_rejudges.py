@@ -269,12 +269,17 @@ VARIANTS = ("/vllm/_C.abi3.so", "/vllm/_C_AVX512.abi3.so", "/vllm/_C_AVX2.abi3.s
 def _other_variant(root: Path) -> None:
     """The processes map another variant of vllm._C than the sealed host selects."""
 
+    def renamed(path: str) -> str:
+        for mapped, other in zip(VARIANTS, (*VARIANTS[1:], VARIANTS[0]), strict=True):
+            if path.endswith(mapped):
+                return path.removesuffix(mapped) + other
+        return path
+
     def change(process: dict[str, Any]) -> None:
         for obj in process["objects"]:
-            for mapped, other in zip(VARIANTS, (*VARIANTS[1:], VARIANTS[0]), strict=True):
-                if obj["path"].endswith(mapped):
-                    obj["path"] = obj["path"].removesuffix(mapped) + other
-                    break
+            obj["path"] = renamed(obj["path"])
+            if obj["requester"]:
+                obj["requester"] = renamed(obj["requester"])
 
     for role in _roles(root):
         _edit_role(role, lambda d: [change(p) for p in d["processes"]] and None)(root)
@@ -399,6 +404,12 @@ CODE_STEERING = {
     "GLIBC_TUNABLES": "glibc.cpu.hwcaps=-AVX512F",
     "LD_ORIGIN_PATH": "/tmp/evil",
     "LD_HWCAP_MASK": "0",
+    "ONEDNN_MAX_CPU_ISA": "AVX2",
+    "DNNL_MAX_CPU_ISA": "AVX2",
+    "MKL_ENABLE_INSTRUCTIONS": "AVX2",
+    "MKL_CBWR": "COMPATIBLE",
+    "PYTHONOPTIMIZE": "2",
+    "TEMP": "/srv/x",  # moves the worker's JIT directory where the run put none
 }
 
 
@@ -410,6 +421,61 @@ def test_a_process_adding_a_variable_that_changes_which_code_runs_is_refused(
     document = hostile(tmp_path, capsys, _worker(lambda p: p["environ"].__setitem__(name, value)))
     detail = failed(document, "live audit of start-1 judged again")
     assert f"{name}: expected unset (run.json env), found {value!r}" in detail
+
+
+def _root_environ(start: int, name: str, value: str) -> Edit:
+    def change(document: dict[str, Any]) -> None:
+        for process in document["processes"]:
+            if process["pid"] == document["root_pid"] or process["role"] == "resource_tracker":
+                process["environ"][name] = value
+
+    def edit(root: Path) -> None:
+        for role in _roles(root):
+            _edit_role(role, change, start=start)(root)
+
+    return edit
+
+
+def _start_2_with_start_1s_private_dirs(root: Path) -> None:
+    first = json.loads((root / "evidence/start-1/audit/api_server.json").read_text())
+    environ = first["processes"][0]["environ"]
+    for name in ("HOME", "TMPDIR"):
+        _root_environ(2, name, environ[name])(root)
+
+
+def _requester_outside(process: dict[str, Any]) -> None:
+    obj = next(o for o in process["objects"] if o["rule"] == "dependency" and o["requester"])
+    obj.update(requester="/tmp/evil/loader.so", reason="RUNPATH of /tmp/evil/loader.so")
+
+
+PRIVATE_LIES: dict[str, tuple[Edit, str]] = {
+    "a root whose temporary directory is not where run.json's was made": (
+        _root_environ(1, "TMPDIR", "/dev/shm/evil"),
+        "TMPDIR: expected a directory of its own in '/tmp'",
+    ),
+    "start 2's root with start 1's private directories": (
+        _start_2_with_start_1s_private_dirs,
+        "expected a directory of its own, found",
+    ),
+    "a root whose HOME is not its start's under the run": (
+        _root_environ(2, "HOME", "/root"),
+        "HOME: expected",
+    ),
+    "a dependency loaded for an object no process maps": (
+        _worker(_requester_outside),
+        "requester: expected an object this process maps",
+    ),
+}
+
+
+@pytest.mark.parametrize("lie", sorted(PRIVATE_LIES))
+def test_private_directories_and_requesters_are_the_trees_own(
+    lie: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    edit, named = PRIVATE_LIES[lie]
+    document = hostile(tmp_path, capsys, edit)
+    details = " ".join(c["detail"] for c in document["claims"] if not c["ok"])
+    assert named in details
 
 
 def test_a_later_start_mapping_other_files_than_the_lock_is_refused(
@@ -886,7 +952,52 @@ def _child_of_rank0_on_one_kernel(root: Path) -> None:
     _rank1("headless", lambda d: d["processes"][0].__setitem__("ppid", parent))(root)
 
 
+def _boot_id_dropped(root: Path) -> None:
+    _json(
+        "evidence/nodes.json",
+        lambda d: next(n for n in d["nodes"] if n["rank"] == 1).__setitem__("boot_id", None),
+    )(root)
+
+
+def _one_kernel_other_cpus(root: Path) -> None:
+    _json(
+        "evidence/nodes.json",
+        lambda d: next(n for n in d["nodes"] if n["rank"] == 1)["host"].__setitem__(
+            "cpu_count", 64
+        ),
+    )(root)
+
+
+def _rank1_libc_other_file(root: Path) -> None:
+    def change(document: dict[str, Any]) -> None:
+        for process in document["processes"]:
+            for obj in process["objects"]:
+                if obj["path"].endswith("/libc.so.6"):
+                    obj.update(sha256="ef" * 32, file_id="fe:0/999993")
+
+    for path in (root / "evidence/start-1/rank-1/audit").glob("*.json"):
+        if path.name != "drifts.json":
+            document = json.loads(path.read_text())
+            change(document)
+            path.write_text(json.dumps(document))
+
+
 NODE_LIES: dict[str, tuple[Edit, str, str]] = {
+    "a node on a loopback address stating no boot id": (
+        _boot_id_dropped,
+        "nodes",
+        "expected one for the nodes on loopback addresses",
+    ),
+    "rank 1 on rank 0's kernel with another CPU count": (
+        _one_kernel_other_cpus,
+        "nodes",
+        "host cpu_count: expected rank 0's",
+    ),
+    "rank 1 mapping another libc at the path rank 0 maps it, on one kernel": (
+        _rank1_libc_other_file,
+        "fresh starts",
+        "expected the files rank 0 maps at those paths on the same kernel",
+    ),
     "rank 1's node facts a copy of rank 0's": (
         _json("evidence/nodes.json", _rank1_facts_of_rank0),
         "nodes",

@@ -38,6 +38,7 @@ from repro_serving.builder.native.rules import (
     pin_drifts,
     role_drifts,
     root_drifts,
+    under_roots,
 )
 
 SHA256 = re.compile(r"[0-9a-f]{64}")
@@ -255,6 +256,7 @@ def _process_drifts(
         for o in process.objects
         if o.rule == "unexplained"
     ]
+    drifts += _requester_drifts(process, policy, at)
     executables = [o.path for o in process.objects if o.rule == "executable"]
     if executables != [process.exe]:
         drifts.append(_claim(at, "objects[rule=executable]", f"exactly {process.exe}", executables))
@@ -284,6 +286,36 @@ def _process_drifts(
         if known != (obj.path, obj.sha256):
             found = f"{obj.path} {obj.sha256}, elsewhere {known[0]} {known[1]}"
             drifts.append(_claim(f"{at}: {obj.file_id}", "file_id", "one path and digest", found))
+    return drifts
+
+
+def _requester_drifts(process: ProcessEvidence, policy: AuditPolicy, at: str) -> list[Drift]:
+    """A mapping loaded for another object names an object the process maps: the requester as
+    the loader found it (`dir/../lib/x.so`, its normalised path mapped), or by another name of
+    one mapped file under the allowed roots (`/lib/.../libstdc++.so.6` for `/usr/lib/.../
+    libstdc++.so.6.0.30` on a merged-/usr host, its soname link). A requester no mapping
+    explains loaded nothing. Offline the links themselves cannot be followed: a name of a
+    mapped file under the roots is taken as that file."""
+    mapped = {o.path for o in process.objects}
+    names = {posixpath.basename(path) for path in mapped}
+    drifts = []
+    for obj in process.objects:
+        if obj.requester is None:
+            continue
+        requester = posixpath.normpath(obj.requester)
+        name = posixpath.basename(requester)
+        if requester in mapped or (
+            any(n.startswith(name) for n in names) and under_roots(requester, policy.allowed_roots)
+        ):
+            continue
+        drifts.append(
+            _claim(
+                f"{at}: {obj.path}",
+                "requester",
+                "an object this process maps, under the allowed roots",
+                obj.requester,
+            )
+        )
     return drifts
 
 
