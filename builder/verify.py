@@ -579,12 +579,14 @@ def _fresh_start_checks(sealed: OpenedBundle, first: tuple[OracleRow, ...]) -> l
     kernels = {n.rank: n.boot_id for n in nodes.nodes} if nodes is not None else {}
     problems = start_problems(starts, repro_pid=repro_pid, kernels=kernels)
     problems += _log_version_problems(starts, sealed.lock.python.packages)
+    # each rank's log against the argv that started it: run.json's, a further rank's node's
+    argvs = {0: sealed.run.argv, **{n.rank: n.argv for n in sealed.lock.nodes if n.rank}}
     problems += [
         problem
         for start in starts
-        if start.rank == 0
+        if start.rank in argvs
         for problem in logged_argument_problems(
-            start.log.decode(errors="replace"), sealed.run.argv, f"{start.where}/server.log"
+            start.log.decode(errors="replace"), argvs[start.rank], f"{start.where}/server.log"
         )
     ]
     if sealed.manifest.clustered and any(

@@ -25,7 +25,11 @@ from repro_serving.builder.canonical import canonical_json
 from repro_serving.builder.claims import environments_claim, roles_claim
 from repro_serving.builder.cli import main
 from repro_serving.builder.native.auditreport import AuditDocument
-from repro_serving.builder.observe.vllmargv import logged_version_problems, logged_versions
+from repro_serving.builder.observe.vllmargv import (
+    logged_argument_problems,
+    logged_version_problems,
+    logged_versions,
+)
 
 TINY = REPO_ROOT / "repro" / "tiny-cpu"
 TWO_NODES = REPO_ROOT / "repro" / "tiny-cpu-2node"
@@ -560,6 +564,36 @@ def _streamed_just_past_the_window(root: Path) -> None:
     (start / "rows.json").write_text(json.dumps(rows))
 
 
+def _log_said(start: int, old: str, new: str, *, rank: str = "") -> Edit:
+    """The start's (rank's) log saying `new` wherever it said `old`; teardown.json's log_bytes
+    kept where the log served up to."""
+
+    def edit(root: Path) -> None:
+        directory = root / "evidence" / f"start-{start}" / rank
+        log = (directory / "server.log").read_bytes()
+        assert old.encode() in log, old
+        teardown = json.loads((directory / "teardown.json").read_text())
+        served = log[: teardown["log_bytes"]].replace(old.encode(), new.encode())
+        rest = log[teardown["log_bytes"] :].replace(old.encode(), new.encode())
+        (directory / "server.log").write_bytes(served + rest)
+        teardown["log_bytes"] = len(served)
+        (directory / "teardown.json").write_text(json.dumps(teardown))
+
+    return edit
+
+
+def _line_added(start: int, marker: str, change: Callable[[str], str], *, rank: str = "") -> Edit:
+    """After the first line of the start's (rank's) log holding `marker`, a line: that one as
+    `change` writes it."""
+
+    def edit(root: Path) -> None:
+        log = (root / "evidence" / f"start-{start}" / rank / "server.log").read_text()
+        line = next(line for line in log.splitlines() if marker in line)
+        _log_said(start, line + "\n", f"{line}\n{change(line)}\n", rank=rank)(root)
+
+    return edit
+
+
 START_LIES: dict[str, tuple[Edit, str, str]] = {
     "start 2 a byte copy of start 1": (_copy_start, "fresh starts", "start-2"),
     "start 2's rows a copy of start 1's": (_copy_rows, "fresh starts", "every arrival time"),
@@ -734,6 +768,70 @@ START_LIES: dict[str, tuple[Edit, str, str]] = {
         'http_requests_created{handler="/v1/chat/completions",method="POST",status="2xx"}: '
         "expected a time no later than the read, taken before",
     ),
+    "logged arguments that do not parse": (
+        _log_said(1, "'dtype': 'float32',", "'dtype': 'float32', 'loader': <object at 0x7f00>,"),
+        "fresh starts",
+        "start-1/server.log:12: non-default args: expected a dict as vLLM writes it (literals, "
+        'reprs of enums and dataclasses), found one that does not parse: "<object at 0x7f00>,',
+    ),
+    "a second line of logged arguments": (
+        _line_added(
+            1,
+            "non-default args:",
+            lambda line: line.replace("'dtype': 'float32'", "'dtype': 'bfloat16'"),
+        ),
+        "fresh starts",
+        "start-1/server.log: 2 different non-default args lines (lines 12, 13): expected one",
+    ),
+    "a logged argument the argv never gave": (
+        _log_said(
+            1,
+            "'enable_prefix_caching': False}",
+            "'enable_prefix_caching': False, 'trust_remote_code': True}",
+        ),
+        "fresh starts",
+        "start-1/server.log:12: non-default args trust_remote_code=True: expected only arguments "
+        "the argv gives, found --trust-remote-code that it never spells",
+    ),
+    "an engine of another dtype": (
+        _log_said(2, "dtype=torch.float32", "dtype=torch.bfloat16"),
+        "fresh starts",
+        "start-2/server.log:24: engine config dtype=torch.bfloat16: expected torch.float32, the "
+        "argv's --dtype float32",
+    ),
+    "an engine that compiled although the argv enforced eager mode": (
+        _log_said(1, "enforce_eager=True", "enforce_eager=False"),
+        "fresh starts",
+        "start-1/server.log:24: engine config enforce_eager=False: expected True, the argv's "
+        "--enforce-eager (a switch)",
+    ),
+    "an engine of another seed": (
+        _log_said(1, " seed=0,", " seed=1234,"),
+        "fresh starts",
+        "start-1/server.log:24: engine config seed=1234: expected 0, the argv's --seed 0",
+    ),
+    "another max model len logged": (
+        _log_said(1, "Using max model len 2048", "Using max model len 4096"),
+        "fresh starts",
+        "start-1/server.log:15: Using max model len 4096: expected 2048, the argv's "
+        "--max-model-len",
+    ),
+    "a server listening on another port": (
+        _log_said(
+            2,
+            "Starting vLLM server on http://127.0.0.1:18431",
+            "Starting vLLM server on http://127.0.0.1:9999",
+        ),
+        "fresh starts",
+        "start-2/server.log:64: listening on http://127.0.0.1:9999: expected port 18431, the "
+        "argv's --port",
+    ),
+    "a banner naming another model": (
+        _log_said(1, "model   /work/main/build/tiny-llama", "model   /tmp/evil-model"),
+        "fresh starts",
+        "start-1/server.log:9: the banner's model /tmp/evil-model: expected "
+        "/work/main/build/tiny-llama, the argv's model",
+    ),
 }
 
 
@@ -766,6 +864,51 @@ def test_a_log_of_vllm_from_a_source_tree_names_one_version() -> None:
     ) == [
         "run/server.log: vLLM versions 0.1.dev1267+g6ae34833d.d20260726, 0.11.0: expected one "
         "(one server runs one vLLM)"
+    ]
+
+
+SERVE = ["/venv/bin/python", "/venv/bin/vllm", "serve", "/models/m", "--max-model-len", "4096"]
+
+
+@pytest.mark.parametrize(
+    ("argv", "log"),
+    [
+        (  # the positional model of `serve`, as vLLM logs it
+            SERVE,
+            "non-default args: {'model_tag': '/models/m', 'model': '/models/m', "
+            "'max_model_len': 4096}",
+        ),
+        (  # a dataclass's repr, an enum's
+            [*SERVE, "--lora-modules", "a=/l", "--compilation-config.mode=0"],
+            "non-default args: {'lora_modules': [LoRAModulePath(name='a', path='/l')], "
+            "'compilation_config': {'mode': <CompilationMode.NONE: 0>}, 'max_model_len': 4096}",
+        ),
+        (  # a short alias: whatever the argv gives, this module cannot name every option
+            [*SERVE, "-tp", "2"],
+            "non-default args: {'tensor_parallel_size': 2}\n"
+            "(EngineCore pid=2) INFO 01-01 00:00:00 [core.py:1] Initializing a V1 LLM engine "
+            "(v0.32.0) with config: model='/models/m', tensor_parallel_size=2, max_seq_len=4096",
+        ),
+        (  # a draft model's own context length, after the target's
+            [*SERVE, "--speculative-config", '{"method": "ngram"}'],
+            "(APIServer pid=1) INFO Using max model len 4096\n"
+            "(APIServer pid=1) INFO Using max model len 262144",
+        ),
+        (
+            [*SERVE, "--host", "::1", "--port", "8001"],
+            "Starting vLLM server on http://[::1]:8001\n\u2588  model   /models/m",
+        ),
+    ],
+)  # fmt: skip
+def test_what_vllm_logs_of_an_argv_it_was_given_is_no_problem(argv: list[str], log: str) -> None:
+    assert logged_argument_problems(log, argv, "server.log") == []
+
+
+def test_a_later_max_model_len_without_a_draft_model_is_refused() -> None:
+    log = "(APIServer pid=1) INFO Using max model len 4096\n(APIServer pid=1) Using max model len 8"
+    assert logged_argument_problems(log, SERVE, "server.log") == [
+        "server.log:2: Using max model len 8: expected 4096, the argv's --max-model-len "
+        "(no draft model configured)"
     ]
 
 
@@ -886,6 +1029,10 @@ def _child_of_rank0_on_one_kernel(root: Path) -> None:
     _rank1("headless", lambda d: d["processes"][0].__setitem__("ppid", parent))(root)
 
 
+def _rank1_said(old: str, new: str) -> Edit:
+    return _log_said(1, old, new, rank="rank-1")
+
+
 NODE_LIES: dict[str, tuple[Edit, str, str]] = {
     "rank 1's node facts a copy of rank 0's": (
         _json("evidence/nodes.json", _rank1_facts_of_rank0),
@@ -976,6 +1123,46 @@ NODE_LIES: dict[str, tuple[Edit, str, str]] = {
         ),
         "gates",
         "server_log:start-1:rank-1: 1 crash line(s) while serving; first: line 2",
+    ),
+    "rank 1 joining another head node": (
+        _rank1_said("head node address 127.0.0.2:29517", "head node address 10.9.9.9:29999"),
+        "fresh starts",
+        "rank-1/server.log:13: head node address 10.9.9.9:29999: expected 127.0.0.2:29517, the "
+        "argv's --master-addr and --master-port",
+    ),
+    "rank 1 in a world of four": (
+        _rank1_said("world_size=2 rank=1", "world_size=4 rank=3"),
+        "fresh starts",
+        "rank-1/server.log:28: world size 4: expected 2, the argv's tensor, pipeline and "
+        "prefill-context parallel sizes multiplied",
+    ),
+    "rank 1 of another max model len": (
+        _rank1_said("Using max model len 2048", "Using max model len 8192"),
+        "fresh starts",
+        "rank-1/server.log:3: Using max model len 8192: expected 2048, the argv's --max-model-len",
+    ),
+    "rank 1 logging arguments of another dtype": (
+        _line_added(
+            1,
+            "Resolved architecture",
+            lambda line: (
+                line.split(" [", 1)[0]
+                + " [api_utils.py:286] non-default args: {'dtype': 'bfloat16'}"
+            ),
+            rank="rank-1",
+        ),
+        "fresh starts",
+        "rank-1/server.log:3: non-default args dtype='bfloat16': expected the argv's --dtype "
+        "float32",
+    ),
+    "rank 1 joining the process group on another port": (
+        _rank1_said(
+            "distributed_init_method=tcp://127.0.0.2:29517",
+            "distributed_init_method=tcp://127.0.0.2:40000",
+        ),
+        "fresh starts",
+        "rank-1/server.log:28: distributed_init_method=tcp://127.0.0.2:40000: expected "
+        "tcp://127.0.0.2:29517, the argv's --master-addr and --master-port",
     ),
     "rank 1's teardown not proven": (
         _json(
