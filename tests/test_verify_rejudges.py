@@ -10,9 +10,11 @@ found where. The untouched copy passes.
 
 from __future__ import annotations
 
+import calendar
 import json
 import re
 import shutil
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -594,6 +596,46 @@ def _line_added(start: int, marker: str, change: Callable[[str], str], *, rank: 
     return edit
 
 
+VLLM_DATE = re.compile(
+    rb"((?:^|\) )(?:DEBUG|INFO|WARNING|ERROR|CRITICAL) )(\d\d-\d\d \d\d:\d\d:\d\d) "
+)
+
+
+def _dated_later(start: int, seconds: int, *, rank: str = "", only: str = "") -> Edit:
+    """Every line of the start's (rank's) log that vLLM dated, and that holds `only`, dated
+    `seconds` later."""
+
+    def later(match: re.Match[bytes]) -> bytes:
+        when = time.strptime(f"2026-{match[2].decode()}", "%Y-%m-%d %H:%M:%S")
+        moved = time.gmtime(calendar.timegm(when) + seconds)
+        return match[1] + time.strftime("%m-%d %H:%M:%S", moved).encode() + b" "
+
+    def edit(root: Path) -> None:
+        path = root / "evidence" / f"start-{start}" / rank / "server.log"
+        lines = path.read_bytes().split(b"\n")
+        path.write_bytes(
+            b"\n".join(
+                VLLM_DATE.sub(later, line) if only.encode() in line else line for line in lines
+            )
+        )
+
+    return edit
+
+
+def _worker_logging_before_it_started(root: Path) -> None:
+    """Start 1's worker's lines dated 20 s earlier: inside the start, before the worker was."""
+    _dated_later(1, -20, only=f"pid={_pids(root, 1)['worker']})")(root)
+
+
+def _uvicorn_naming_the_worker(root: Path) -> None:
+    pids = _pids(root, 2)
+    _log_said(
+        2,
+        f"Started server process [{pids['api_server']}]",
+        f"Started server process [{pids['worker']}]",
+    )(root)
+
+
 START_LIES: dict[str, tuple[Edit, str, str]] = {
     "start 2 a byte copy of start 1": (_copy_start, "fresh starts", "start-2"),
     "start 2's rows a copy of start 1's": (_copy_rows, "fresh starts", "every arrival time"),
@@ -832,6 +874,34 @@ START_LIES: dict[str, tuple[Edit, str, str]] = {
         "start-1/server.log:9: the banner's model /tmp/evil-model: expected "
         "/work/main/build/tiny-llama, the argv's model",
     ),
+    "a worker logging before it started": (
+        _worker_logging_before_it_started,
+        "fresh starts",
+        "start-1/server.log: a line of pid 11776 (worker) dated 12-06 01:27:55 (12-06 01:27:55 "
+        "UTC, read in UTC+00:00, the zone the start's lines fit): expected no earlier than a "
+        "second before pid 11776 started at 12-06 01:28:08 UTC",
+    ),
+    "a stack ready before its server listened": (
+        _json(
+            "evidence/start-1/server.json",
+            lambda d: d.update(ready_at=d["ready_at"] - 8, ready_after_s=d["ready_after_s"] - 8),
+        ),
+        "fresh starts",
+        "start-1/server.json: ready_at 1796520490.1284993 (12-06 01:28:10 UTC): expected no "
+        "earlier than a second before the log's 'Starting vLLM server on' dated 12-06 01:28:17",
+    ),
+    "start 2's log read in another time zone than start 1's": (
+        _dated_later(2, 3600),
+        "fresh starts",
+        "start-2/server.log: lines read in UTC+01:00 only: expected UTC+00:00, as "
+        "evidence/start-1's",
+    ),
+    "uvicorn serving from the worker": (
+        _uvicorn_naming_the_worker,
+        "fresh starts",
+        "start-2/server.log: uvicorn's 'Started server process [11884]': expected pid 11852 "
+        "(api_server), the root of the sealed audit, found pid 11884 (worker)",
+    ),
 }
 
 
@@ -1029,6 +1099,22 @@ def _child_of_rank0_on_one_kernel(root: Path) -> None:
     _rank1("headless", lambda d: d["processes"][0].__setitem__("ppid", parent))(root)
 
 
+def _rank1_started_earlier(seconds: int) -> Edit:
+    """Rank 1's processes, and its log, `seconds` earlier."""
+
+    def edit(root: Path) -> None:
+        for path in (root / "evidence/start-1/rank-1/audit").glob("*.json"):
+            if path.name == "drifts.json":
+                continue
+            document = json.loads(path.read_text())
+            for process in document["processes"]:
+                process["started_at"] = round(process["started_at"] - seconds, 2)
+            path.write_text(json.dumps(document))
+        _dated_later(1, -seconds, rank="rank-1")(root)
+
+    return edit
+
+
 def _rank1_said(old: str, new: str) -> Edit:
     return _log_said(1, old, new, rank="rank-1")
 
@@ -1163,6 +1249,32 @@ NODE_LIES: dict[str, tuple[Edit, str, str]] = {
         "fresh starts",
         "rank-1/server.log:28: distributed_init_method=tcp://127.0.0.2:40000: expected "
         "tcp://127.0.0.2:29517, the argv's --master-addr and --master-port",
+    ),
+    "rank 1's log read in another time zone on rank 0's kernel": (
+        _dated_later(1, 3600, rank="rank-1"),
+        "fresh starts",
+        "rank-1/server.log: lines read in UTC+01:00 only: expected UTC+00:00, as "
+        "evidence/start-1's, on the same kernel (nodes.json boot_id)",
+    ),
+    "rank 1 started two hours before rank 0 was spawned": (
+        _rank1_started_earlier(7200),
+        "fresh starts",
+        "rank-1/audit: pid 12858 (headless) started_at 1796513593.58: expected after rank 0's "
+        "spawn at 1796520793.8509836",
+    ),
+    "rank 1's worker logging itself tensor parallel rank 0": (
+        lambda root: (
+            (root / "evidence/start-1/rank-1/server.log").write_bytes(
+                (root / "evidence/start-1/rank-1/server.log")
+                .read_bytes()
+                .replace(b"Worker_TP1", b"Worker_TP0")
+                .replace(b"TP rank 1", b"TP rank 0")
+            )
+            and None
+        ),
+        "fresh starts",
+        "rank-1/server.log: pid 12891 assigned DP rank 0, PP rank 0, PCP rank 0, TP rank 0 of the "
+        "world: expected each held by one worker, found pid 12915 of evidence/start-1",
     ),
     "rank 1's teardown not proven": (
         _json(
