@@ -636,6 +636,10 @@ def _uvicorn_naming_the_worker(root: Path) -> None:
     )(root)
 
 
+def _the_same_ids_for_two_prompts(rows: list[dict[str, Any]]) -> None:
+    rows[1]["token_ids"] = list(rows[0]["token_ids"])
+
+
 START_LIES: dict[str, tuple[Edit, str, str]] = {
     "start 2 a byte copy of start 1": (_copy_start, "fresh starts", "start-2"),
     "start 2's rows a copy of start 1's": (_copy_rows, "fresh starts", "every arrival time"),
@@ -901,6 +905,11 @@ START_LIES: dict[str, tuple[Edit, str, str]] = {
         "fresh starts",
         "start-2/server.log: uvicorn's 'Started server process [11884]': expected pid 11852 "
         "(api_server), the root of the sealed audit, found pid 11884 (worker)",
+    ),
+    "two prompts answered with the same ids and other texts": (
+        _json("evidence/start-1/rows.json", _the_same_ids_for_two_prompts),
+        "every start's rows",
+        "row greeting's for the same token ids",
     ),
 }
 
