@@ -952,10 +952,14 @@ SERVE = ["/venv/bin/python", "/venv/bin/vllm", "serve", "/models/m", "--max-mode
 @pytest.mark.parametrize(
     ("argv", "log"),
     [
-        (  # the positional model of `serve`, as vLLM logs it
+        (  # the positional model of `serve`, and the API server count it sets, as vLLM logs them
             SERVE,
             "non-default args: {'model_tag': '/models/m', 'model': '/models/m', "
-            "'max_model_len': 4096}",
+            "'max_model_len': 4096, 'api_server_count': 1}",
+        ),
+        (  # a long alias
+            [*SERVE, "--device-memory-utilization", "0.5"],
+            "non-default args: {'gpu_memory_utilization': 0.5}",
         ),
         (  # a dataclass's repr, an enum's
             [*SERVE, "--lora-modules", "a=/l", "--compilation-config.mode=0"],

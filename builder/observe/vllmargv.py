@@ -379,8 +379,8 @@ def logged_argument_problems(log: str, argv: Sequence[str], where: str) -> list[
     - every `non-default args` line is a dict as vLLM writes it (literals, reprs of enums and
       dataclasses), all the same; each logged argument whose option the argv spells out holds
       the argv's value (a switch its last spelling, `--x` or `--no-x`; a list every value after
-      it), and no argument is logged that the argv never gave (a positional model is
-      `model`/`model_tag`; `--x.y` gives `x`);
+      it), and no argument is logged that the argv never gave (`serve` sets `SERVE_SETS`
+      itself; `--x.y` gives `x`; `_LONG_ALIASES`);
     - every engine config line parses as `key=value, ...`, and its model, tokenizer, revisions,
       dtype, max_seq_len, parallel sizes, seed, served model name, kv cache dtype,
       enforce_eager and trust_remote_code hold what the argv spells (tensor and pipeline
@@ -400,7 +400,9 @@ def logged_argument_problems(log: str, argv: Sequence[str], where: str) -> list[
     whose options are not read here. A value with a placeholder is not compared (a further
     rank's argv in the lock). What this cannot see: an option vLLM or its platform overrides
     after the argv (prefix caching, chunked prefill, quantization are therefore not compared);
-    a log line rewritten consistently everywhere it appears."""
+    a statement the log leaves out (a log without a `non-default args` line says nothing of
+    them); a line written with vLLM's colour codes (its banner then is not read); a log line
+    rewritten consistently everywhere it appears."""
     said = read_server_log(log)
     known = _known_arguments(argv)
     return [
@@ -544,7 +546,14 @@ def _non_default_problems(
                 )
                 continue
             option = "--" + key.replace("_", "-")
-            given = _given(argv, option)
+            given = next(
+                (
+                    found
+                    for spelling in (option, *_LONG_ALIASES.get(key, ()))
+                    if (found := _given(argv, spelling)) is not None
+                ),
+                None,
+            )
             if given is None:
                 if known and not _spells(argv, key, option, positional=positional):
                     problems.append(
@@ -563,11 +572,18 @@ def _non_default_problems(
     return problems
 
 
+_LONG_ALIASES: Final = {"gpu_memory_utilization": ("--device-memory-utilization",)}
+"""The arguments vLLM's parser also reads under another long option (`engine/arg_utils.py`
+of vLLM 0.32: the only one)."""
+SERVE_SETS: Final = frozenset({"model", "model_tag", "api_server_count"})
+"""What `vllm serve` gives the arguments before its API server logs them: the positional
+`model_tag`, copied to `model`; `api_server_count`, its default for the data parallel layout."""
+
+
 def _spells(argv: Sequence[str], key: str, option: str, *, positional: bool) -> bool:
-    """The argv gives the logged argument `key` otherwise than as `option VALUE`: the
-    positional model of `serve` (`model_tag`, which vLLM copies to `model`), or a key of its
-    JSON value (`--compilation-config.mode=3`)."""
-    if positional and key in ("model", "model_tag"):
+    """The argv gives the logged argument `key` otherwise than as `option VALUE`: through
+    `serve` (`SERVE_SETS`), or as a key of its JSON value (`--compilation-config.mode=3`)."""
+    if positional and key in SERVE_SETS:
         return True
     return any(flag_name(argument).startswith(option + ".") for argument in argv)
 
