@@ -581,12 +581,14 @@ def _fresh_start_checks(sealed: OpenedBundle, first: tuple[OracleRow, ...]) -> l
     kernels = {n.rank: n.boot_id for n in nodes.nodes} if nodes is not None else {}
     problems = start_problems(starts, repro_pid=repro_pid, kernels=kernels)
     problems += _log_version_problems(starts, sealed.lock.python.packages)
+    # each rank's log against the argv that started it: run.json's, a further rank's node's
+    argvs = {0: sealed.run.argv, **{n.rank: n.argv for n in sealed.lock.nodes if n.rank}}
     problems += [
         problem
         for start in starts
-        if start.rank == 0
+        if start.rank in argvs
         for problem in logged_argument_problems(
-            start.log.decode(errors="replace"), sealed.run.argv, f"{start.where}/server.log"
+            start.log.decode(errors="replace"), argvs[start.rank], f"{start.where}/server.log"
         )
     ]
     if sealed.manifest.clustered and any(
@@ -633,7 +635,9 @@ def _log_version_problems(
 def _consistency_checks(sealed: OpenedBundle) -> list[ClaimCheck]:
     """Each start's rows against themselves and the suite, its `/metrics` reads against its
     rows (`launch.consistency`), and every start's rows against start 1's: the same prompt
-    tokenizes alike, the same token ids decode to the same text."""
+    tokenizes alike, the same token ids decode to the same text, within a start as across
+    starts (a row's text is decoded from its ids, each after the chat template's end of its
+    prompt)."""
     manifest, suite = sealed.manifest, sealed.suite
     limits = consistency.Limits.of(suite, sealed.lock.launch.argv)
     gated = manifest.oracle.gates.cached_tokens_zero
@@ -684,6 +688,15 @@ def _consistency_checks(sealed: OpenedBundle) -> list[ClaimCheck]:
             )
         )
     problems = consistency.starts_problems(starts)
+    for where, rows in starts:
+        decoded: dict[tuple[int, ...], OracleRow] = {}
+        for row in rows:
+            same = decoded.setdefault(row.token_ids, row)
+            if same.text_sha256 != row.text_sha256:
+                problems.append(
+                    f"{where}: row {row.prompt_id} text_sha256 {row.text_sha256!r}: expected "
+                    f"{same.text_sha256!r}, row {same.prompt_id}'s for the same token ids"
+                )
     first = {row.prompt_id: row for row in starts[0][1]} if starts else {}
     for where, rows in starts[1:]:
         for row in rows:

@@ -439,6 +439,26 @@ FORGERIES: dict[str, tuple[Edit, set[str]]] = {
         _run("server.log", lambda t: t.replace("'max_num_seqs': 1,", "'max_num_seqs': 4,", 1)),
         {LOG},
     ),
+    "logged arguments that do not parse": (
+        _run(
+            "server.log",
+            lambda t: t.replace("'dtype': 'bfloat16',", "'dtype': 'bfloat16', 'x': <object>,", 1),
+        ),
+        {LOG},
+    ),
+    "an engine of two tensor parallel ranks": (
+        _run(
+            "server.log", lambda t: t.replace("tensor_parallel_size=4", "tensor_parallel_size=2", 1)
+        ),
+        {LOG},
+    ),
+    "a target of another max model len": (
+        _run(
+            "server.log",
+            lambda t: t.replace("Using max model len 8192", "Using max model len 4096", 1),
+        ),
+        {LOG},
+    ),
     "the bench's median doubled": (
         _json(
             "bench.json",
@@ -479,6 +499,17 @@ SAID: dict[str, str] = {
     ),
     "a log naming another vLLM than the one it ran": (
         "run/server.log: vLLM versions 0.1.dev1267+g6ae34833d.d20260726, 0.11.0: expected one"
+    ),
+    "logged arguments that do not parse": (
+        "run/server.log:7: non-default args: expected a dict as vLLM writes it (literals, reprs "
+        'of enums and dataclasses), found one that does not parse: "<object>,'
+    ),
+    "an engine of two tensor parallel ranks": (
+        "run/server.log:37: engine config tensor_parallel_size=2: expected 4, the argv's "
+        "--tensor-parallel-size 4"
+    ),
+    "a target of another max model len": (
+        "run/server.log:22: Using max model len 4096: expected 8192, the argv's --max-model-len"
     ),
     "every request's first token in the 1 ms bucket": (
         "vllm:time_to_first_token_seconds_sum" + LABELS + ": expected a rise between 0 and 0.013 "

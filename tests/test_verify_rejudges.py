@@ -10,9 +10,11 @@ found where. The untouched copy passes.
 
 from __future__ import annotations
 
+import calendar
 import json
 import re
 import shutil
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -25,7 +27,11 @@ from repro_serving.builder.canonical import canonical_json
 from repro_serving.builder.claims import environments_claim, roles_claim
 from repro_serving.builder.cli import main
 from repro_serving.builder.native.auditreport import AuditDocument
-from repro_serving.builder.observe.vllmargv import logged_version_problems, logged_versions
+from repro_serving.builder.observe.vllmargv import (
+    logged_argument_problems,
+    logged_version_problems,
+    logged_versions,
+)
 
 TINY = REPO_ROOT / "repro" / "tiny-cpu"
 TWO_NODES = REPO_ROOT / "repro" / "tiny-cpu-2node"
@@ -626,6 +632,80 @@ def _streamed_just_past_the_window(root: Path) -> None:
     (start / "rows.json").write_text(json.dumps(rows))
 
 
+def _log_said(start: int, old: str, new: str, *, rank: str = "") -> Edit:
+    """The start's (rank's) log saying `new` wherever it said `old`; teardown.json's log_bytes
+    kept where the log served up to."""
+
+    def edit(root: Path) -> None:
+        directory = root / "evidence" / f"start-{start}" / rank
+        log = (directory / "server.log").read_bytes()
+        assert old.encode() in log, old
+        teardown = json.loads((directory / "teardown.json").read_text())
+        served = log[: teardown["log_bytes"]].replace(old.encode(), new.encode())
+        rest = log[teardown["log_bytes"] :].replace(old.encode(), new.encode())
+        (directory / "server.log").write_bytes(served + rest)
+        teardown["log_bytes"] = len(served)
+        (directory / "teardown.json").write_text(json.dumps(teardown))
+
+    return edit
+
+
+def _line_added(start: int, marker: str, change: Callable[[str], str], *, rank: str = "") -> Edit:
+    """After the first line of the start's (rank's) log holding `marker`, a line: that one as
+    `change` writes it."""
+
+    def edit(root: Path) -> None:
+        log = (root / "evidence" / f"start-{start}" / rank / "server.log").read_text()
+        line = next(line for line in log.splitlines() if marker in line)
+        _log_said(start, line + "\n", f"{line}\n{change(line)}\n", rank=rank)(root)
+
+    return edit
+
+
+VLLM_DATE = re.compile(
+    rb"((?:^|\) )(?:DEBUG|INFO|WARNING|ERROR|CRITICAL) )(\d\d-\d\d \d\d:\d\d:\d\d) "
+)
+
+
+def _dated_later(start: int, seconds: int, *, rank: str = "", only: str = "") -> Edit:
+    """Every line of the start's (rank's) log that vLLM dated, and that holds `only`, dated
+    `seconds` later."""
+
+    def later(match: re.Match[bytes]) -> bytes:
+        when = time.strptime(f"2026-{match[2].decode()}", "%Y-%m-%d %H:%M:%S")
+        moved = time.gmtime(calendar.timegm(when) + seconds)
+        return match[1] + time.strftime("%m-%d %H:%M:%S", moved).encode() + b" "
+
+    def edit(root: Path) -> None:
+        path = root / "evidence" / f"start-{start}" / rank / "server.log"
+        lines = path.read_bytes().split(b"\n")
+        path.write_bytes(
+            b"\n".join(
+                VLLM_DATE.sub(later, line) if only.encode() in line else line for line in lines
+            )
+        )
+
+    return edit
+
+
+def _worker_logging_before_it_started(root: Path) -> None:
+    """Start 1's worker's lines dated 20 s earlier: inside the start, before the worker was."""
+    _dated_later(1, -20, only=f"pid={_pids(root, 1)['worker']})")(root)
+
+
+def _uvicorn_naming_the_worker(root: Path) -> None:
+    pids = _pids(root, 2)
+    _log_said(
+        2,
+        f"Started server process [{pids['api_server']}]",
+        f"Started server process [{pids['worker']}]",
+    )(root)
+
+
+def _the_same_ids_for_two_prompts(rows: list[dict[str, Any]]) -> None:
+    rows[1]["token_ids"] = list(rows[0]["token_ids"])
+
+
 START_LIES: dict[str, tuple[Edit, str, str]] = {
     "start 2 a byte copy of start 1": (_copy_start, "fresh starts", "start-2"),
     "start 2's rows a copy of start 1's": (_copy_rows, "fresh starts", "every arrival time"),
@@ -800,6 +880,103 @@ START_LIES: dict[str, tuple[Edit, str, str]] = {
         'http_requests_created{handler="/v1/chat/completions",method="POST",status="2xx"}: '
         "expected a time no later than the read, taken before",
     ),
+    "logged arguments that do not parse": (
+        _log_said(1, "'dtype': 'float32',", "'dtype': 'float32', 'loader': <object at 0x7f00>,"),
+        "fresh starts",
+        "start-1/server.log:12: non-default args: expected a dict as vLLM writes it (literals, "
+        'reprs of enums and dataclasses), found one that does not parse: "<object at 0x7f00>,',
+    ),
+    "a second line of logged arguments": (
+        _line_added(
+            1,
+            "non-default args:",
+            lambda line: line.replace("'dtype': 'float32'", "'dtype': 'bfloat16'"),
+        ),
+        "fresh starts",
+        "start-1/server.log: 2 different non-default args lines (lines 12, 13): expected one",
+    ),
+    "a logged argument the argv never gave": (
+        _log_said(
+            1,
+            "'enable_prefix_caching': False}",
+            "'enable_prefix_caching': False, 'trust_remote_code': True}",
+        ),
+        "fresh starts",
+        "start-1/server.log:12: non-default args trust_remote_code=True: expected only arguments "
+        "the argv gives, found --trust-remote-code that it never spells",
+    ),
+    "an engine of another dtype": (
+        _log_said(2, "dtype=torch.float32", "dtype=torch.bfloat16"),
+        "fresh starts",
+        "start-2/server.log:24: engine config dtype=torch.bfloat16: expected torch.float32, the "
+        "argv's --dtype float32",
+    ),
+    "an engine that compiled although the argv enforced eager mode": (
+        _log_said(1, "enforce_eager=True", "enforce_eager=False"),
+        "fresh starts",
+        "start-1/server.log:24: engine config enforce_eager=False: expected True, the argv's "
+        "--enforce-eager (a switch)",
+    ),
+    "an engine of another seed": (
+        _log_said(1, " seed=0,", " seed=1234,"),
+        "fresh starts",
+        "start-1/server.log:24: engine config seed=1234: expected 0, the argv's --seed 0",
+    ),
+    "another max model len logged": (
+        _log_said(1, "Using max model len 2048", "Using max model len 4096"),
+        "fresh starts",
+        "start-1/server.log:15: Using max model len 4096: expected 2048, the argv's "
+        "--max-model-len",
+    ),
+    "a server listening on another port": (
+        _log_said(
+            2,
+            "Starting vLLM server on http://127.0.0.1:18431",
+            "Starting vLLM server on http://127.0.0.1:9999",
+        ),
+        "fresh starts",
+        "start-2/server.log:64: listening on http://127.0.0.1:9999: expected port 18431, the "
+        "argv's --port",
+    ),
+    "a banner naming another model": (
+        _log_said(1, "model   /work/main/build/tiny-llama", "model   /tmp/evil-model"),
+        "fresh starts",
+        "start-1/server.log:9: the banner's model /tmp/evil-model: expected "
+        "/work/main/build/tiny-llama, the argv's model",
+    ),
+    "a worker logging before it started": (
+        _worker_logging_before_it_started,
+        "fresh starts",
+        "start-1/server.log: a line of pid 11776 (worker) dated 12-06 01:27:55 (12-06 01:27:55 "
+        "UTC, read in UTC+00:00, the zone the start's lines fit): expected no earlier than a "
+        "second before pid 11776 started at 12-06 01:28:08 UTC",
+    ),
+    "a stack ready before its server listened": (
+        _json(
+            "evidence/start-1/server.json",
+            lambda d: d.update(ready_at=d["ready_at"] - 8, ready_after_s=d["ready_after_s"] - 8),
+        ),
+        "fresh starts",
+        "start-1/server.json: ready_at 1796520490.1284993 (12-06 01:28:10 UTC): expected no "
+        "earlier than a second before the log's 'Starting vLLM server on' dated 12-06 01:28:17",
+    ),
+    "start 2's log read in another time zone than start 1's": (
+        _dated_later(2, 3600),
+        "fresh starts",
+        "start-2/server.log: lines read in UTC+01:00 only: expected UTC+00:00, as "
+        "evidence/start-1's",
+    ),
+    "uvicorn serving from the worker": (
+        _uvicorn_naming_the_worker,
+        "fresh starts",
+        "start-2/server.log: uvicorn's 'Started server process [11884]': expected pid 11852 "
+        "(api_server), the root of the sealed audit, found pid 11884 (worker)",
+    ),
+    "two prompts answered with the same ids and other texts": (
+        _json("evidence/start-1/rows.json", _the_same_ids_for_two_prompts),
+        "every start's rows",
+        "row greeting's for the same token ids",
+    ),
 }
 
 
@@ -832,6 +1009,55 @@ def test_a_log_of_vllm_from_a_source_tree_names_one_version() -> None:
     ) == [
         "run/server.log: vLLM versions 0.1.dev1267+g6ae34833d.d20260726, 0.11.0: expected one "
         "(one server runs one vLLM)"
+    ]
+
+
+SERVE = ["/venv/bin/python", "/venv/bin/vllm", "serve", "/models/m", "--max-model-len", "4096"]
+
+
+@pytest.mark.parametrize(
+    ("argv", "log"),
+    [
+        (  # the positional model of `serve`, and the API server count it sets, as vLLM logs them
+            SERVE,
+            "non-default args: {'model_tag': '/models/m', 'model': '/models/m', "
+            "'max_model_len': 4096, 'api_server_count': 1}",
+        ),
+        (  # a long alias
+            [*SERVE, "--device-memory-utilization", "0.5"],
+            "non-default args: {'gpu_memory_utilization': 0.5}",
+        ),
+        (  # a dataclass's repr, an enum's
+            [*SERVE, "--lora-modules", "a=/l", "--compilation-config.mode=0"],
+            "non-default args: {'lora_modules': [LoRAModulePath(name='a', path='/l')], "
+            "'compilation_config': {'mode': <CompilationMode.NONE: 0>}, 'max_model_len': 4096}",
+        ),
+        (  # a short alias: whatever the argv gives, this module cannot name every option
+            [*SERVE, "-tp", "2"],
+            "non-default args: {'tensor_parallel_size': 2}\n"
+            "(EngineCore pid=2) INFO 01-01 00:00:00 [core.py:1] Initializing a V1 LLM engine "
+            "(v0.32.0) with config: model='/models/m', tensor_parallel_size=2, max_seq_len=4096",
+        ),
+        (  # a draft model's own context length, after the target's
+            [*SERVE, "--speculative-config", '{"method": "ngram"}'],
+            "(APIServer pid=1) INFO Using max model len 4096\n"
+            "(APIServer pid=1) INFO Using max model len 262144",
+        ),
+        (
+            [*SERVE, "--host", "::1", "--port", "8001"],
+            "Starting vLLM server on http://[::1]:8001\n\u2588  model   /models/m",
+        ),
+    ],
+)  # fmt: skip
+def test_what_vllm_logs_of_an_argv_it_was_given_is_no_problem(argv: list[str], log: str) -> None:
+    assert logged_argument_problems(log, argv, "server.log") == []
+
+
+def test_a_later_max_model_len_without_a_draft_model_is_refused() -> None:
+    log = "(APIServer pid=1) INFO Using max model len 4096\n(APIServer pid=1) Using max model len 8"
+    assert logged_argument_problems(log, SERVE, "server.log") == [
+        "server.log:2: Using max model len 8: expected 4096, the argv's --max-model-len "
+        "(no draft model configured)"
     ]
 
 
@@ -982,6 +1208,26 @@ def _rank1_libc_other_file(root: Path) -> None:
             path.write_text(json.dumps(document))
 
 
+def _rank1_started_earlier(seconds: int) -> Edit:
+    """Rank 1's processes, and its log, `seconds` earlier."""
+
+    def edit(root: Path) -> None:
+        for path in (root / "evidence/start-1/rank-1/audit").glob("*.json"):
+            if path.name == "drifts.json":
+                continue
+            document = json.loads(path.read_text())
+            for process in document["processes"]:
+                process["started_at"] = round(process["started_at"] - seconds, 2)
+            path.write_text(json.dumps(document))
+        _dated_later(1, -seconds, rank="rank-1")(root)
+
+    return edit
+
+
+def _rank1_said(old: str, new: str) -> Edit:
+    return _log_said(1, old, new, rank="rank-1")
+
+
 NODE_LIES: dict[str, tuple[Edit, str, str]] = {
     "a node on a loopback address stating no boot id": (
         _boot_id_dropped,
@@ -1087,6 +1333,72 @@ NODE_LIES: dict[str, tuple[Edit, str, str]] = {
         ),
         "gates",
         "server_log:start-1:rank-1: 1 crash line(s) while serving; first: line 2",
+    ),
+    "rank 1 joining another head node": (
+        _rank1_said("head node address 127.0.0.2:29517", "head node address 10.9.9.9:29999"),
+        "fresh starts",
+        "rank-1/server.log:13: head node address 10.9.9.9:29999: expected 127.0.0.2:29517, the "
+        "argv's --master-addr and --master-port",
+    ),
+    "rank 1 in a world of four": (
+        _rank1_said("world_size=2 rank=1", "world_size=4 rank=3"),
+        "fresh starts",
+        "rank-1/server.log:28: world size 4: expected 2, the argv's tensor, pipeline and "
+        "prefill-context parallel sizes multiplied",
+    ),
+    "rank 1 of another max model len": (
+        _rank1_said("Using max model len 2048", "Using max model len 8192"),
+        "fresh starts",
+        "rank-1/server.log:3: Using max model len 8192: expected 2048, the argv's --max-model-len",
+    ),
+    "rank 1 logging arguments of another dtype": (
+        _line_added(
+            1,
+            "Resolved architecture",
+            lambda line: (
+                line.split(" [", 1)[0]
+                + " [api_utils.py:286] non-default args: {'dtype': 'bfloat16'}"
+            ),
+            rank="rank-1",
+        ),
+        "fresh starts",
+        "rank-1/server.log:3: non-default args dtype='bfloat16': expected the argv's --dtype "
+        "float32",
+    ),
+    "rank 1 joining the process group on another port": (
+        _rank1_said(
+            "distributed_init_method=tcp://127.0.0.2:29517",
+            "distributed_init_method=tcp://127.0.0.2:40000",
+        ),
+        "fresh starts",
+        "rank-1/server.log:28: distributed_init_method=tcp://127.0.0.2:40000: expected "
+        "tcp://127.0.0.2:29517, the argv's --master-addr and --master-port",
+    ),
+    "rank 1's log read in another time zone on rank 0's kernel": (
+        _dated_later(1, 3600, rank="rank-1"),
+        "fresh starts",
+        "rank-1/server.log: lines read in UTC+01:00 only: expected UTC+00:00, as "
+        "evidence/start-1's, on the same kernel (nodes.json boot_id)",
+    ),
+    "rank 1 started two hours before rank 0 was spawned": (
+        _rank1_started_earlier(7200),
+        "fresh starts",
+        "rank-1/audit: pid 12858 (headless) started_at 1796513593.58: expected after rank 0's "
+        "spawn at 1796520793.8509836",
+    ),
+    "rank 1's worker logging itself tensor parallel rank 0": (
+        lambda root: (
+            (root / "evidence/start-1/rank-1/server.log").write_bytes(
+                (root / "evidence/start-1/rank-1/server.log")
+                .read_bytes()
+                .replace(b"Worker_TP1", b"Worker_TP0")
+                .replace(b"TP rank 1", b"TP rank 0")
+            )
+            and None
+        ),
+        "fresh starts",
+        "rank-1/server.log: pid 12891 assigned DP rank 0, PP rank 0, PCP rank 0, TP rank 0 of the "
+        "world: expected each held by one worker, found pid 12915 of evidence/start-1",
     ),
     "rank 1's teardown not proven": (
         _json(
