@@ -582,6 +582,7 @@ def statements(
     if recordfiles.STATUS in run:
         inventory += recordfiles.status_problems(_decoded(run, recordfiles.STATUS))
     limits = consistency.Limits.of(suite, argv)
+    bench_stated = recordfiles.read_bench(run.get(BENCH, b"{}"))
     found = consistency.rows_problems(
         suite,
         rows,
@@ -597,6 +598,7 @@ def statements(
         sources=(f"run/{METRICS_BEFORE}", f"run/{METRICS_AFTER}"),
         served_log=record.server_log,
         log_source=f"run/{SERVER_LOG}",
+        facts=_server_facts(manifest, record, bench_stated, runtime, environment),
     )
     uncheckable = len({*found.not_applicable, *read.not_applicable})
     created = parse_document(
@@ -672,13 +674,14 @@ def statements(
                 *found.problems,
                 *read.problems,
                 *recordfiles.bench_problems(
-                    run.get(BENCH, b"{}"),
+                    bench_stated,
                     rows,
                     suite,
                     manifest,
                     argv=argv,
                     stored_median=record.bench.stored_medians.get(STORED_MEDIAN),
                     tokens=STORED_TOKENS,
+                    created_utc=created,
                 ),
             ),
         ),
@@ -701,6 +704,7 @@ def statements(
                     recordfiles.verified_interval(said),
                     _observer(runtime),
                     count if isinstance(count := runtime.host.get("gpu_count"), int) else None,
+                    requests=_requests(bench_stated),
                 )
             ),
         ),
@@ -733,6 +737,49 @@ def statements(
             tuple(freeze_problems),
         ),
     ]
+
+
+def _requests(bench: recordfiles.BenchStatements | str) -> tuple[tuple[float, float], ...]:
+    """Each bench request's start and end (the epochs the bench states)."""
+    if isinstance(bench, str):
+        return ()
+    return tuple((row.request_started_epoch_s, row.request_ended_epoch_s) for row in bench.rows)
+
+
+def _server_facts(
+    manifest: Manifest,
+    record: Record,
+    bench: recordfiles.BenchStatements | str,
+    runtime: recordfiles.RuntimeLock,
+    environment: Mapping[str, str],
+) -> consistency.ServerFacts:
+    """What the record's other files state about the server its `/metrics` reads came from:
+    its first request's start (the server answered by then, the suite sent nothing before),
+    the last idle snapshot before the run (no engine held a card yet), the interpreter of the
+    runtime lock, the service environment and the manifest's readiness path. The record states
+    no time its server became ready nor its engine core's start."""
+    requests = _requests(bench)
+    answering = None
+    if requests:
+        first = min(range(len(requests)), key=lambda place: requests[place][0])
+        answering = (requests[first][0], f"run/{BENCH} rows[{first}] request_started_epoch_s")
+    engine = None
+    before = [
+        (seconds, snapshot.name)
+        for snapshot in record.idle.prestart
+        if (seconds := recordfiles.utc_seconds(snapshot.observed_utc)) is not None
+    ]
+    if before:
+        seconds, name = max(before)
+        engine = (seconds, f"run/{IDLE}/{name} observed_utc (the last idle snapshot before)")
+    python = runtime.toolchain.get("python")
+    return consistency.ServerFacts(
+        answering=answering,
+        engine=engine,
+        python=(python, "the runtime lock's toolchain.python") if isinstance(python, str) else None,
+        environment=(environment, f"run/{recordfiles.ENVIRONMENT}"),
+        readiness_path=manifest.launch.readiness.path,
+    )
 
 
 def _observer(runtime: recordfiles.RuntimeLock) -> str | None:

@@ -13,14 +13,21 @@ does not know is refused, so nothing sealed is read by nothing.
   interval's snapshots: status `passed`, each as its raw capture gives it (bytes and sha256,
   the sanitized rows the raw ones, only the observer on each card, one row per card of the
   runtime lock's count, the xpu-smi it names), observed before the suite (pre) and after it
-  (post); `idle-interval/summary.txt`: one line per phase whose snapshot count is the number of
-  its snapshot files and whose elapsed seconds are their span and cover the interval
-  identity.txt says was verified.
+  (post), and around the bench's requests: a snapshot before the run no later than its first
+  request began, one after no earlier than its last ended (the server held the cards while it
+  answered, an idle snapshot saw none held; one host's clock, 1 s of slack);
+  `idle-interval/summary.txt`: one line per phase whose snapshot count is the number of its
+  snapshot files and whose elapsed seconds are their span and cover the interval identity.txt
+  says was verified.
 - `bench.json` beside its rows: each prompt's sha256 the suite's, its output sha256 and stream
   count its row's, its rate and the summary median recomputed, its request ending after its
-  first token, its own validity and final gate passed, its run identity the suite's and the
-  launch's. The teacher's raw bench (`[evidence] teacher_bench`): the sha256 every file names,
-  the teacher files' rows, its median recomputed.
+  first token and no later than the bench says it was created (its run identity's
+  created_at_utc, stamped once its last request ended: 0.5 ms after it in the Laguna record),
+  its own validity and final gate passed, its run identity the suite's and the launch's. The
+  `/metrics` times against these (the first request's start, the last idle snapshot before the
+  run) are `launch.consistency`'s (`builder.imported` states them as `ServerFacts`). The
+  teacher's raw bench (`[evidence] teacher_bench`): the sha256 every file names, the teacher
+  files' rows, its median recomputed.
 - `identity.txt` (`key=value` lines, then `<sha256>  <path>` lines): each key once, its schema
   this one; the commits, model paths, native digests and runtime files those of the producer's
   runtime lock and of the manifest; `model_manifest_sha256` the sha256 of the sealed
@@ -40,7 +47,10 @@ does not know is refused, so nothing sealed is read by nothing.
   interpreter the release of its venv's files, its native files named as files, not paths.
 
 What these cannot see: a statement no other sealed file restates (the keys counted as stated
-only), and a record rewritten coherently in every file by whoever holds the key.
+only); when the server process started (`/metrics` states it, and it may precede the last idle
+snapshot: a process that has not yet opened a card is no held card, and the Laguna record's
+started 0.5 s before its last prestart snapshot); and a record rewritten coherently in every
+file by whoever holds the key.
 """
 
 from __future__ import annotations
@@ -51,7 +61,7 @@ import posixpath
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Final
 
 from packaging.utils import canonicalize_name
@@ -303,9 +313,13 @@ def idle_problems(
     verified_interval_s: int | None,
     observer_sha256: str | None = None,
     cards: int | None = None,
+    *,
+    requests: Sequence[tuple[float, float]] = (),
 ) -> list[str]:
     """The idle snapshots around the run passed, each as its raw capture gives it, in order
-    around the suite, and the interval summary states what the snapshot files are."""
+    around the suite and around its `requests` (each one's start and end, the bench's epochs:
+    a card no process held while the server answered none; the same host's clock), and the
+    interval summary states what the snapshot files are."""
     problems = []
     observed: dict[str, str] = {}
     for name in (PRE_IDLE, *POST_IDLE, *(n for n in files if SNAPSHOT.fullmatch(n))):
@@ -340,12 +354,63 @@ def idle_problems(
             for name in POST_IDLE
             if name in observed and not observed[name] > suite_created_utc
         ]
+    if requests:
+        problems += _around_requests(observed, requests)
     summary = files.get(IDLE_SUMMARY)
     if summary is not None:
         problems += _summary_problems(
             summary.decode(errors="replace"), observed, verified_interval_s
         )
     return problems
+
+
+CLOCK_SLACK_S: Final = 1.0
+"""How far two programs reading one host's wall clock may part: its granularity and a small
+step. Every time a record's files state is that host's."""
+
+
+def _around_requests(
+    observed: Mapping[str, str], requests: Sequence[tuple[float, float]]
+) -> list[str]:
+    """Each snapshot of the cards taken before the run no later than the bench's first request
+    began, each one after it no earlier than its last ended: while the server answered, it held
+    the cards, and an idle snapshot saw none held."""
+    first = min(started for started, _ended in requests)
+    last = max(ended for _started, ended in requests)
+    problems = []
+    for name, when in sorted(observed.items()):
+        seconds = utc_seconds(when)
+        if seconds is None:
+            continue
+        before = name == PRE_IDLE or "/prestart-" in name
+        if before and seconds > first + CLOCK_SLACK_S:
+            problems.append(
+                f"run/{name}: observed_utc expected no later than the bench's first request "
+                f"began ({_utc(first)}: an idle snapshot before the run), found {when}"
+            )
+        elif not before and seconds < last - CLOCK_SLACK_S:
+            problems.append(
+                f"run/{name}: observed_utc expected no earlier than the bench's last request "
+                f"ended ({_utc(last)}: an idle snapshot after the run), found {when}"
+            )
+    return problems
+
+
+def utc_seconds(text: str) -> float | None:
+    """An ISO 8601 time as seconds since the epoch (UTC when it names no zone: the files name
+    their times `*_utc`); None when it is no time."""
+    try:
+        when = datetime.fromisoformat(text)
+    except ValueError:
+        return None
+    return (when if when.tzinfo is not None else when.replace(tzinfo=UTC)).timestamp()
+
+
+def _utc(seconds: float) -> str:
+    try:
+        return datetime.fromtimestamp(seconds, UTC).isoformat()
+    except (OverflowError, OSError, ValueError):
+        return repr(seconds)
 
 
 _SUMMARY_LINE: Final = re.compile(
@@ -1103,7 +1168,9 @@ class _BenchIdentity(_Strict):
     api_mode: str
 
 
-class _BenchStatements(_Strict):
+class BenchStatements(_Strict):
+    """What `bench.json` states beside its rows."""
+
     rows: tuple[_BenchRowStatement, ...]
     output_sha256s: tuple[str, ...]
     prompt_sha256s: tuple[str, ...]
@@ -1112,8 +1179,19 @@ class _BenchStatements(_Strict):
     run_identity: _BenchIdentity
 
 
+BENCH_WHERE: Final = "run/bench.json"
+
+
+def read_bench(data: bytes) -> BenchStatements | str:
+    """What `bench.json` states beside its rows, or why it does not."""
+    try:
+        return BenchStatements.model_validate_json(data)
+    except ValidationError as error:
+        return f"{BENCH_WHERE}: expected the record's bench, {_first(error)}"
+
+
 def bench_problems(
-    data: bytes,
+    bench: BenchStatements | str,
     rows: Sequence[OracleRow],
     suite: Suite,
     manifest: Manifest,
@@ -1121,17 +1199,27 @@ def bench_problems(
     argv: Sequence[str],
     stored_median: float | None,
     tokens: int,
+    created_utc: str | None = None,
 ) -> list[str]:
-    """What the record's bench states beside its rows, against the rows, the suite and the
-    launch: each prompt's sha256 the suite's, its output and token counts its row's, its rate
-    and median recomputed, its request ending after it began, its own validity and final
-    gate passed for a cold suite run once, its run identity the suite's and the launch's."""
-    where = "run/bench.json"
-    try:
-        bench = _BenchStatements.model_validate_json(data)
-    except ValidationError as error:
-        return [f"{where}: expected the record's bench, {_first(error)}"]
+    """What the record's bench (`read_bench`) states beside its rows, against the rows, the
+    suite and the launch: each prompt's sha256 the suite's, its output and token counts its
+    row's, its rate and median recomputed, its request ending after it began and no later than
+    the bench says it was created (`created_utc`), its own validity and final gate passed for a
+    cold suite run once, its run identity the suite's and the launch's."""
+    where = BENCH_WHERE
+    if isinstance(bench, str):
+        return [bench]
     problems = []
+    created = None if created_utc is None else utc_seconds(created_utc)
+    if created is not None:
+        problems += [
+            f"{where}: row {place} ({stated.prompt_id}): request_ended_epoch_s expected no later "
+            f"than the bench was created ({created_utc}, run_identity.created_at_utc: once its "
+            f"last request ended), found {stated.request_ended_epoch_s!r} "
+            f"({_utc(stated.request_ended_epoch_s)})"
+            for place, stated in enumerate(bench.rows)
+            if stated.request_ended_epoch_s > created + CLOCK_SLACK_S
+        ]
     digests = {prompt.id: prompt.sha256 for prompt in suite.prompts}
     for place, (stated, row) in enumerate(zip(bench.rows, rows, strict=False)):
         at = f"{where}: row {place} ({row.prompt_id})"

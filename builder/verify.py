@@ -20,7 +20,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
-from typing import Final
+from typing import Final, TypeVar
 
 from repro_serving.builder.claims import (
     ClaimCheck,
@@ -670,6 +670,7 @@ def _consistency_checks(sealed: OpenedBundle) -> list[ClaimCheck]:
                 read_by=None if teardown is None else teardown.began_at,
                 served_log=served_log.decode(errors="replace") if log else None,
                 log_source=f"{where}/{LOG_FILE}",
+                facts=_server_facts(sealed, start),
             )
             problems += read.problems
             found = consistency.Findings(
@@ -722,6 +723,54 @@ def _consistency_checks(sealed: OpenedBundle) -> list[ClaimCheck]:
         )
     )
     return checks
+
+
+ENGINE_CORE_ROLE: Final = "engine_core"
+_T = TypeVar("_T")
+
+
+def _server_facts(sealed: OpenedBundle, start: int) -> consistency.ServerFacts:
+    """What start `start`'s other sealed files state about the server its `/metrics` reads came
+    from (`launch.consistency.ServerFacts`): when it was ready (`server.json`), when its engine
+    core started (rank 0's sealed audit), its interpreter (the observations), its environment
+    (`run.json`) and readiness path (the manifest). A file that cannot be read states nothing
+    here: the stage that reads it fails, naming it."""
+    where = f"{bundle.EVIDENCE_DIR}/start-{start}"
+    ready = _readable(lambda: _server(sealed, start).ready_at)
+    started = _readable(
+        lambda: [
+            process.started_at
+            for process in sealed.audit(start, 0).processes
+            if process.role == ENGINE_CORE_ROLE and process.started_at is not None
+        ]
+    )
+    python = _readable(lambda: sealed.observations.python)
+    environment = _readable(lambda: sealed.run.env)
+    return consistency.ServerFacts(
+        answering=None if ready is None else (ready, f"{where}/{SERVER_FILE} ready_at"),
+        engine=(
+            (min(started), f"the engine core's started_at in {where}/{AUDIT_DIR}")
+            if started
+            else None
+        ),
+        python=(
+            None
+            if python is None
+            else (python.version, f"{bundle.EVIDENCE_DIR}/{OBSERVATIONS_FILE} python.version")
+        ),
+        environment=(
+            None if environment is None else (environment, f"{bundle.EVIDENCE_DIR}/{RUN_FILE} env")
+        ),
+        readiness_path=sealed.manifest.launch.readiness.path,
+    )
+
+
+def _readable(read: Callable[[], _T]) -> _T | None:
+    """What `read` returns; None when its file cannot be read (refused by its own stage)."""
+    try:
+        return read()
+    except ReproError:
+        return None
 
 
 def _audit_checks(sealed: OpenedBundle) -> list[ClaimCheck]:

@@ -18,42 +18,69 @@ token); a first token read in the answer's read 0 has no earlier read (`first_to
 
 Metrics (`metrics_problems`): both reads of one process (`process_start_time_seconds`, every
 counter's `_created`, none created before it, none later than the read, which was taken before
-teardown began), the same label sets, no counter or histogram sample going backwards, each
-read's histograms cumulative with the +Inf bucket their count and their sum one their buckets
-allow (each observation between its bucket's bounds, from 0 for a first bucket of a
-non-negative bound; so too the rise of the sum against the rise of the buckets), no request
-left running or waiting after the suite (by reason too; in each read the reasons sum to those
-waiting), and not all unchanged while the suite was answered; every vLLM sample labelled with
-the argv's served model name. Then what vLLM 0.32 counts per request, measured equal on the
-committed bundles, an ngram run and a prefix-cache-hit run of the tiny model: `request_success`
-one per row (per `finished_reason` where the rows state it), `prompt_tokens` /
-`generation_tokens` and the per-request histograms' counts, sums and (where each row's value is
-known) buckets the rows', `request_params_max_tokens` each row's limit, the prompt tokens by
-source and cached, the prefix cache's queries (the rows' prompt tokens when
-`vllm:cache_config_info` says prefix caching is on, as the argv must ask, none when off) and hits
-(their cached tokens), the cached prompt tokens by source summing to the hits, local and
-external (their HELP says so), no external cache query or hit and no prompt token from a KV
-transfer without a KV connector in the argv, and with prefix caching off and no KV connector no
-KV block in use once nothing runs or waits (vLLM frees a finished request's blocks before it
-states the gauges); the engine's preemptions those of the requests that finished; the server's
-time to first token and end-to-end latency inside the client's times (10 ms a request of clock
-slack); the per-request times against each other as vLLM 0.32's `stats.py` takes them (every
-phase, time per output token and inter-token latency inside the end-to-end latency; queue +
-prefill + decode inside it, queue + prefill inside the time to first token, 10 ms a request of
-slack between the server's wall clock and the engine's monotonic one; inference = prefill +
-decode and the inter-token latencies' sum = decode to 1 us an observation, measured equal to
-the last bit on every committed read; time per output token between the decode time over the
-rows' most and fewest tokens after the first); one inter-token latency per decode step
-(exactly completion - 1 per row without speculation), and for speculative decoding with k
-draft tokens: k positions, drafts <= draft tokens <= drafts x k, accepted <= draft tokens, each
-position at most the drafts, positions never rising, summing to the accepted tokens. Draft
-tokens equal to drafts x k is not an invariant: vLLM's ngram proposer drafts fewer tokens when
-its match lies near the end of the context (measured: 29 drafts of k = 3, 86 draft tokens).
+teardown began), the same label sets, every info sample (`vllm:cache_config_info`,
+`python_info`) the same, no counter or histogram sample going backwards, each read's histograms
+cumulative with the +Inf bucket their count and their sum one their buckets allow (each
+observation between its bucket's bounds, from 0 for a first bucket of a non-negative bound; so
+too the rise of the sum against the rise of the buckets), no request running or waiting before
+the suite (its client had sent nothing to the fresh server) nor left after it (by reason too; in
+each read the reasons sum to those waiting), and not all unchanged while the suite was answered;
+every vLLM sample labelled with the argv's served model name, and of one engine unless the argv
+asks for data parallelism (then of at most `--data-parallel-size`). Then what vLLM 0.32 counts
+per request, measured equal on the committed bundles, an ngram run and a prefix-cache-hit run
+of the tiny model: `request_success` one per row (per `finished_reason` where the rows state
+it), `prompt_tokens` / `generation_tokens` and the per-request histograms' counts, sums and
+(where each row's value is known: prompt and generated tokens, the prefill's computed KV tokens,
+`prompt_tokens - cached_tokens` as `loggers.py` observes them, the max tokens) buckets the
+rows', `request_params_max_tokens` each row's limit, the prompt tokens by source and cached,
+the prefix cache's queries (the rows' prompt tokens when `vllm:cache_config_info` says prefix
+caching is on, as the argv must ask, none when off) and hits (their cached tokens), the cached
+prompt tokens by source summing to the hits, local and external (their HELP says so), no
+external cache query or hit and no prompt token from a KV transfer without a KV connector in
+the argv, and with prefix caching off and no KV connector no KV block in use once nothing runs
+or waits (vLLM frees a finished request's blocks before it states the gauges); the engine's
+preemptions those of the requests that finished; the server's time to first token and
+end-to-end latency inside the client's times (10 ms a request of clock slack), in sum and in
+every bucket (a bucket holds at least the rows whose client-side upper bound is within its
+bound, at most those whose lower bound is: time to first token at most the row's ttft_s,
+end-to-end latency at most its last token's offset and at least its first to last token); the
+per-request times against each other as vLLM 0.32's `stats.py` takes them (every phase, time
+per output token and inter-token latency inside the end-to-end latency; queue + prefill +
+decode inside it, queue + prefill inside the time to first token, 10 ms a request of slack
+between the server's wall clock and the engine's monotonic one; inference = prefill + decode
+and the inter-token latencies' sum = decode to 1 us an observation, measured equal to the last
+bit on every committed read; time per output token between the decode time over the rows' most
+and fewest tokens after the first); one inter-token latency per decode step (exactly
+completion - 1 per row without speculation), and for speculative decoding with k draft tokens: k
+positions, drafts <= draft tokens <= drafts x k, accepted <= draft tokens, each position at
+most the drafts, positions never rising, summing to the accepted tokens. Draft tokens equal to
+drafts x k is not an invariant: vLLM's ngram proposer drafts fewer tokens when its match lies
+near the end of the context (measured: 29 drafts of k = 3, 86 draft tokens).
+The API server's HTTP instrumentation (prometheus-fastapi-instrumentator, which observes every
+request it counts once in each of its families): in each read the request and response sizes
+and the durations count by handler (and method) what `http_requests_total` counts, the
+unlabelled duration histogram counts every such request, and both duration histograms hold the
+same durations (their shared bounds count alike, their sums agree to rounding); the suite's
+POSTs timed inside the client's times as the end-to-end latency is, in sum and in every bucket
+of both histograms (the unlabelled one may also hold the requests of no row).
+Against what other sealed files state (`ServerFacts`): the suite's handler first counted a
+request no earlier than `server.json`'s ready_at (an imported record: its first request's
+start), vLLM's counters created no later than that (the engine existed once the server answered)
+and no earlier than its engine core's start in the sealed audit (an imported record: its last
+idle snapshot before the run, which saw no process holding a card; 1 s of slack for `/proc`'s
+start times); `python_info` the interpreter the observations (an imported record: its runtime
+lock) state; `vllm:cache_config_info`'s KV cache size in tokens and maximum concurrency those
+the log states, and on vLLM's CPU platform its bytes `VLLM_CPU_KVCACHE_SPACE` GiB of the
+server's environment.
 Against the access log the server wrote while it served: each request `http_requests_total`
 counted between the reads (by handler, method and status class) has its access line, unless
-the argv turned uvicorn's access log off and the log holds none. A quantity neither read
-exports is listed as not applicable, never invented (a relation between samples the rows do not
-give, judged where a read exports its samples, is listed nowhere when none does).
+the argv turned uvicorn's access log off and the log holds none; where it holds access lines,
+every POST is to the suite's endpoint, the readiness probe answered 2xx before the suite's
+first POST, and a GET `/metrics` answered 2xx before that POST and another after the suite's
+last (the two sealed reads), each unless the argv leaves its path out of the access log
+(`--disable-access-log-for-endpoints`). A quantity neither read exports is listed as not
+applicable, never invented (a relation between samples the rows do not give, judged where a
+read exports its samples, is listed nowhere when none does).
 
 What these checks cannot see: a record fabricated consistently in every file (the texts, the
 counts, the counters and the histograms made to agree); whether the token ids are what the model
@@ -63,10 +90,18 @@ which the sealed evidence does not state; whether a `stop` row ended on an end-o
 stop token; how vLLM grouped tokens into stream events (its output collector merges a late
 client's outputs, speculative or not); counters of an engine that does not export them; where
 in its bucket an observation lies (a sum moved within its buckets' bounds, and the per-request
-times moved together, agree); when a read was taken where the evidence states no time (an
-imported record); a KV connector configured other than by the argv (a config file); an access
-line of a request the metrics did not count, beyond the suite's (the server log gate counts
-those: exactly one POST a row, each answered 2xx).
+times moved together, agree; an observation moved inside the client's interval of its row, or
+to another row's place of the same bounds); which request an HTTP observation of no row was
+(beyond the suite's handler, only that the instrumentator counted it alike everywhere); when a
+read was taken where the evidence states no time (an imported record); when the API server's
+own process started beyond `process_start_time_seconds` (no other file states it: an imported
+record's may precede its last idle snapshot, which sees only the cards, and Laguna's does by
+0.5 s); the KV cache's bytes other than on the CPU platform (vLLM sizes it from memory free at
+start, which no file states) and its blocks (a hybrid model's blocks are no token count over the
+block size: Laguna's 6446 x 64 is not its 136,802 tokens); a KV connector configured other than
+by the argv (a config file); an access line of a request the metrics did not count, beyond the
+suite's POSTs and the reads and probe repro makes (a GET the server answered for another
+client).
 """
 
 from __future__ import annotations
@@ -78,6 +113,7 @@ import string
 from collections import Counter, defaultdict
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from functools import cached_property
 from itertools import pairwise
 from typing import Final, Literal
 
@@ -118,6 +154,10 @@ KV_CONNECTOR: Final = ("--kv-transfer-config", "--kv-offloading-size")
 UVICORN_LOG_LEVEL: Final = "--uvicorn-log-level"
 ACCESS_LOG_LEVELS: Final = ("trace", "debug", "info")
 """uvicorn log levels at which its access log is written (it logs each request at info)."""
+UNLOGGED_ENDPOINTS: Final = "--disable-access-log-for-endpoints"
+DATA_PARALLEL: Final = ("--data-parallel-size", "-dp")
+MOST_ENGINES: Final = 4096
+"""Beyond any data-parallel size."""
 MOST_TOKENS: Final = 2**40
 """Beyond any context a model serves: a larger --max-model-len is no length."""
 MOST_DRAFT_TOKENS: Final = 4096
@@ -157,6 +197,11 @@ class Limits:
     access_logged: bool = True
     """uvicorn logs every request the API server answers: the argv neither passes
     `--disable-uvicorn-access-log` nor sets `--uvicorn-log-level` above info."""
+    unlogged_paths: frozenset[str] = frozenset()
+    """Paths whose requests the access log leaves out (`--disable-access-log-for-endpoints`)."""
+    data_parallel: int | None = 1
+    """`--data-parallel-size`: how many engines may export samples; None when the argv's value
+    is no number (a template the lock leaves unexpanded)."""
 
     @classmethod
     def of(cls, suite: Suite, argv: Sequence[str]) -> Limits:
@@ -177,6 +222,12 @@ class Limits:
             kv_connector=any(_last_value(argv, (flag,)) is not None for flag in KV_CONNECTOR),
             access_logged=not _switch(argv, "--disable-uvicorn-access-log")
             and (_last_value(argv, (UVICORN_LOG_LEVEL,)) or "info").lower() in ACCESS_LOG_LEVELS,
+            unlogged_paths=frozenset(
+                path.strip()
+                for path in (_last_value(argv, (UNLOGGED_ENDPOINTS,)) or "").split(",")
+                if path.strip()
+            ),
+            data_parallel=_data_parallel(_last_value(argv, DATA_PARALLEL)),
         )
 
     def limit(self, row: OracleRow) -> tuple[int, str]:
@@ -196,6 +247,28 @@ class Findings:
 
     problems: tuple[str, ...] = ()
     not_applicable: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class ServerFacts:
+    """What the record's other sealed files state about the server its `/metrics` reads came
+    from, as plain values the caller reads (each with the file and field that state it, for the
+    problems to name); each one absent where no file states it."""
+
+    answering: tuple[float, str] | None = None
+    """A wall-clock time (the server host's) by which the server answered requests, and before
+    which the suite sent none: `server.json`'s ready_at (repro posts the suite after the
+    readiness probe answered), an imported record's first request's start."""
+    engine: tuple[float, str] | None = None
+    """A wall-clock time before which no engine of the server existed: its engine core's start
+    in the sealed live audit; an imported record's last idle snapshot before the run (which saw
+    no process holding a card)."""
+    python: tuple[str, str] | None = None
+    """The release of the interpreter that ran the API server."""
+    environment: tuple[Mapping[str, str], str] | None = None
+    """The environment the server was started with."""
+    readiness_path: str | None = None
+    """The path of the readiness probe (`[launch.readiness]`), answered before the suite."""
 
 
 def _last_value(argv: Sequence[str], flags: Sequence[str]) -> str | None:
@@ -226,6 +299,18 @@ def _served_name(argv: Sequence[str]) -> str | None:
             given = flag_value(argv, index)
             return None if given is None else given[1]
     return None
+
+
+def _data_parallel(value: str | None) -> int | None:
+    """`--data-parallel-size` as a number of engines: 1 when not given, None when no number."""
+    if value is None:
+        return 1
+    text = value.strip()
+    return (
+        int(text)
+        if text.isdecimal() and 1 <= len(text) <= 4 and int(text) <= MOST_ENGINES
+        else None
+    )
 
 
 def _max_model_len(value: str) -> int | None:
@@ -488,6 +573,11 @@ class _Reads:
     def exported(self, name: str) -> bool:
         return bool(self.before.get(name)) or bool(self.after.get(name))
 
+    @cached_property
+    def histograms(self) -> tuple[Histograms, Histograms]:
+        """Each read's histograms (`_histograms`), taken once: several checks read them."""
+        return _histograms(self.before), _histograms(self.after)
+
     def rise(self, name: str, **labels: str) -> float | None:
         """After minus before of `name`, summed over its label sets that carry `labels` (those
         both reads have; for a label set created at its first observation, those after, from 0);
@@ -517,13 +607,15 @@ def metrics_problems(
     read_by: float | None = None,
     served_log: str | None = None,
     log_source: str = "server.log",
+    facts: ServerFacts = ServerFacts(),
 ) -> Findings:
     """Every contradiction between one start's `rows` and its `/metrics` read before and after
     the suite (`sources` name the two files). `read_by`: a wall-clock time, on the clock of the
     server's host, by which both reads were taken (teardown's `began_at`); None where the
     evidence states none. `served_log`: what the server logged while it served (the log up to
-    teardown's `log_bytes`, the file `log_source`); None where none is sealed. Raises
-    `MetricsUnreadable` for a text that is not Prometheus text exposition."""
+    teardown's `log_bytes`, the file `log_source`); None where none is sealed. `facts`: what
+    other sealed files state about the server. Raises `MetricsUnreadable` for a text that is
+    not Prometheus text exposition."""
     reads = _Reads(
         samples(before_text, sources[0]),
         samples(after_text, sources[1]),
@@ -531,6 +623,8 @@ def metrics_problems(
     )
     pair = f"{sources[0]} → {sources[1]}"
     problems = _reading_problems(reads, pair) + _read_time_problems(reads, pair, read_by)
+    problems += _stated_time_problems(reads, pair, facts, ENDPOINTS[limits.api])
+    problems += _python_problems(reads, pair, facts.python)
     if rows and not any(reads.rise(name) for name in reads.growing if name.startswith("vllm:")):
         return Findings(
             (
@@ -544,12 +638,17 @@ def metrics_problems(
     _prompt_checks(check, rows)
     _cache_checks(check, rows, limits)
     _label_checks(check, limits)
-    _timing_checks(check, rows)
+    streams = _stream_bounds(rows)
+    _timing_checks(check, rows, streams)
     _duration_checks(check, rows)
+    _http_checks(check, rows, limits, streams)
     _preemption_checks(check)
     _decode_checks(check, rows, limits)
     if served_log is not None:
-        _access_log_checks(check, access_lines(served_log), log_source, limits)
+        lines = access_lines(served_log)
+        _access_log_checks(check, lines, log_source, limits)
+        _access_order_checks(check, lines, log_source, limits, facts.readiness_path)
+        _kv_cache_checks(check, served_log, log_source, facts.environment)
     return Findings(tuple(problems + check.problems), tuple(dict.fromkeys(check.not_applicable)))
 
 
@@ -598,16 +697,58 @@ def _reading_problems(reads: _Reads, pair: str) -> list[str]:
             f"{pair}: {start}: expected one server process for both reads, found "
             f"{_values(old_start)} before and {_values(new_start)} after"
         )
-    for read, which in ((reads.before, "before"), (reads.after, "after")):
-        problems += [f"{pair} ({which}): {p}" for p in _one_read_problems(read)]
+    for read, histograms, which in zip(
+        (reads.before, reads.after), reads.histograms, ("before", "after"), strict=True
+    ):
+        problems += [f"{pair} ({which}): {p}" for p in _one_read_problems(read, histograms)]
+        problems += [f"{pair} ({which}): {p}" for p in _http_read_problems(read, histograms[0])]
     problems += _rise_problems(reads, pair)
+    problems += _info_problems(reads, pair)
     problems += [
-        f"{pair}: {name}{_labels(key)}: expected no request left once the suite was answered, "
-        f"found {_shown(value)}"
+        f"{pair}: {name}{_labels(key)}: expected no request {when}, found {_shown(value)}"
+        for read, when in (
+            (
+                reads.before,
+                "running or waiting when the suite began (its client had sent nothing to the "
+                "fresh server)",
+            ),
+            (reads.after, "left once the suite was answered"),
+        )
         for name in IDLE_AFTER_SUITE
-        for key, value in sorted(reads.after.get(name, {}).items(), key=lambda kv: sorted(kv[0]))
+        for key, value in sorted(read.get(name, {}).items(), key=lambda kv: sorted(kv[0]))
         if value != 0
     ]
+    return problems
+
+
+CHANGING_INFO: Final = frozenset({"vllm:lora_requests_info"})
+"""Info gauges whose labels change while the server runs (the adapters running and waiting)."""
+
+
+def _info_problems(reads: _Reads, pair: str) -> list[str]:
+    """Both reads of one process state the same information (`vllm:cache_config_info`,
+    `python_info`, every `*_info` sample but those that follow the load)."""
+    problems = []
+    names = {n for read in (reads.before, reads.after) for n in read if n.endswith("_info")}
+    for name in sorted(names - CHANGING_INFO):
+        old, new = dict(reads.before.get(name, {})), dict(reads.after.get(name, {}))
+        if old == new:
+            continue
+        if len(old) == len(new) == 1:
+            (before, was), (after, now) = next(iter(old.items())), next(iter(new.items()))
+            mine, theirs = dict(before), dict(after)
+            differing = [
+                f"{key}={mine.get(key)!r} before, {theirs.get(key)!r} after"
+                for key in sorted(mine.keys() | theirs.keys())
+                if mine.get(key) != theirs.get(key)
+            ] or [f"value {_shown(was)} before, {_shown(now)} after"]
+            found = "; ".join(differing)
+        else:
+            found = f"{_label_sets(old.keys())} before and {_label_sets(new.keys())} after"
+        problems.append(
+            f"{pair}: {name}: expected the same information in both reads of one server "
+            f"process, found {found}"
+        )
     return problems
 
 
@@ -628,9 +769,13 @@ one host's wall clock: its granularity and a small step (`builder.freshstarts`).
 
 Buckets = list[tuple[float, float]]
 """A histogram's buckets: (upper bound, cumulative count), in bound order."""
+Series = dict[tuple[str, LabelSet], Buckets]
+"""A read's histograms by family and label set (less `le`)."""
+Histograms = tuple[Series, list[str]]
+"""A read's histograms, and every bucket whose `le` is no bound."""
 
 
-def _histograms(read: Samples) -> tuple[dict[tuple[str, LabelSet], Buckets], list[str]]:
+def _histograms(read: Samples) -> Histograms:
     """Each histogram of `read` by family and label set (less `le`), its buckets in bound
     order; and every bucket whose `le` is no bound."""
     series: dict[tuple[str, LabelSet], Buckets] = defaultdict(list)
@@ -688,11 +833,12 @@ def _sum_problem(buckets: Buckets, found: float, scale: float) -> tuple[str, flo
     return span, count
 
 
-def _one_read_problems(read: Samples) -> list[str]:
+def _one_read_problems(read: Samples, histograms: Histograms) -> list[str]:
     """One read against itself: every histogram's buckets cumulative, its +Inf bucket its
     count, its sum one its buckets allow; the waiting requests by reason summing to those
     waiting; no counter created before the process that exports it started."""
-    series, problems = _histograms(read)
+    series, refused = histograms
+    problems = list(refused)
     for (family, rest), buckets in sorted(
         series.items(), key=lambda kv: (kv[0][0], sorted(kv[0][1]))
     ):
@@ -745,8 +891,7 @@ def _waiting_problems(read: Samples) -> list[str]:
 def _rise_problems(reads: _Reads, pair: str) -> list[str]:
     """What rose between the reads against itself: each histogram's sum rose by what the
     observations its buckets rose by can sum to."""
-    before, _ = _histograms(reads.before)
-    after, _ = _histograms(reads.after)
+    (before, _), (after, _) = reads.histograms
     problems = []
     for (family, rest), buckets in sorted(
         after.items(), key=lambda kv: (kv[0][0], sorted(kv[0][1]))
@@ -917,6 +1062,12 @@ def _prompt_checks(check: _Check, rows: Sequence[OracleRow]) -> None:
         computed,
         "the rows' prompt_tokens less cached_tokens",
     )
+    _bucket_checks(
+        check,
+        "vllm:request_prefill_kv_computed_tokens",
+        [row.prompt_tokens - (row.cached_tokens or 0) for row in rows],
+        "each row's prompt_tokens less its cached_tokens",
+    )
     check.equal(
         "vllm:iteration_tokens_total_sum",
         computed + completion,
@@ -1018,7 +1169,9 @@ TIMING_SLACK_S: Final = 0.01
 """Per request, how far the server's and the client's clocks of one interval may part."""
 
 
-def _timing_checks(check: _Check, rows: Sequence[OracleRow]) -> None:
+def _timing_checks(
+    check: _Check, rows: Sequence[OracleRow], streams: tuple[list[float], list[float]]
+) -> None:
     """The server's per-request times inside the client's: its time to first token no longer
     than the client waited for it (the request travelled first), its end-to-end latency no
     longer than the client's last token and no shorter than the client's first to last."""
@@ -1044,6 +1197,80 @@ def _timing_checks(check: _Check, rows: Sequence[OracleRow]) -> None:
         if found > high + slack or (low is not None and found < low - slack):
             span = f"at most {high:.3f}" if low is None else f"between {low:.3f} and {high:.3f}"
             check.fail(name, found, f"{span} s ({why}; {slack:.2f} s of clock slack)")
+    most = [row.ttft_s + TIMING_SLACK_S for row in rows]
+    _bounded_buckets(check, "vllm:time_to_first_token_seconds", most, None, "ttft_s")
+    _bounded_buckets(check, "vllm:e2e_request_latency_seconds", *streams, "last token's offset")
+
+
+def _bucket_rises(
+    reads: _Reads, bucket: str, labels: Mapping[str, str]
+) -> list[tuple[float, str, float]]:
+    """Each bound of histogram samples `bucket` whose labels include `labels`: (its value, its
+    `le` as written, the rise of its buckets summed over those label sets), in bound order; one
+    pass over the samples (`_Reads.rise` per bound would take one per bound)."""
+    old, new = reads.before.get(bucket, {}), reads.after.get(bucket, {})
+    wanted = set(labels.items())
+    kept = new.keys() & old.keys() if _created_at_start(bucket) else new.keys()
+    rises: dict[str, float] = defaultdict(float)
+    for key in kept:
+        if wanted <= key:
+            bound = dict(key).get("le")
+            if bound is not None:
+                rises[bound] += new[key] - old.get(key, 0.0)
+    found = []
+    for bound, rise in rises.items():
+        try:
+            found.append((float(bound), bound, rise))
+        except ValueError:
+            continue  # refused by the read's own check
+    return sorted(found)
+
+
+def _stream_bounds(rows: Sequence[OracleRow]) -> tuple[list[float], list[float]]:
+    """Per row, the most and the least a time the server took to answer it from its arrival
+    to its last token may be: the client's last token's offset, and its first to last token
+    (`TIMING_SLACK_S` of clock slack each way)."""
+    most = [max(row.token_offsets_s, default=row.ttft_s) + TIMING_SLACK_S for row in rows]
+    least = [
+        max(row.token_offsets_s, default=0.0)
+        - min(row.token_offsets_s, default=0.0)
+        - TIMING_SLACK_S
+        for row in rows
+    ]
+    return most, least
+
+
+def _bounded_buckets(
+    check: _Check,
+    family: str,
+    most: Sequence[float],
+    least: Sequence[float] | None,
+    what: str,
+    *,
+    others: float = 0.0,
+    **labels: str,
+) -> None:
+    """A histogram every row observed once, each observation at most its row's `most` and at
+    least its row's `least` (None: at least 0): each bucket rose by at least the rows whose
+    `most` is within its bound and by at most those whose `least` is, and the `others`
+    observations of no row. Where each observation lies the sum cannot tell; the buckets can."""
+    bucket = f"{family}_bucket"
+    for limit, bound, found in _bucket_rises(check.reads, bucket, labels):
+        low = sum(1 for value in most if value <= limit)
+        fits = len(most) if least is None else sum(1 for value in least if value <= limit)
+        high = fits + others
+        if low <= found <= high:
+            continue
+        span = f"of {_shown(low)}" if low == high else f"between {_shown(low)} and {_shown(high)}"
+        slack = f"{TIMING_SLACK_S:g} s"
+        lower = "" if least is None else f", {fits} whose first to last token less {slack} is"
+        extra = f", and {_shown(others)} requests of no row" if others else ""
+        check.problems.append(
+            f"{check.pair}: {bucket}{_labels(frozenset({**labels, 'le': bound}.items()))}: "
+            f"expected a rise {span} (one observation a row, inside the client's times: {low} "
+            f"rows whose {what} plus {slack} is at most {bound} s{lower}{extra}), found "
+            f"{_shown(found)}"
+        )
 
 
 ROUNDING_S: Final = 1e-6
@@ -1215,18 +1442,26 @@ def _logs(line: AccessLine, labels: Mapping[str, str]) -> bool:
 
 
 def _label_checks(check: _Check, limits: Limits) -> None:
-    """Every vLLM sample of both reads labelled with the model name the argv serves."""
-    if limits.served_name is None:
-        return
-    names = {
-        dict(key)["model_name"]
-        for read in (check.reads.before, check.reads.after)
-        for name, found in read.items()
-        if name.startswith("vllm:")
-        for key in found
-        if "model_name" in dict(key)
-    }
-    if names - {limits.served_name}:
+    """Every vLLM sample of both reads labelled with the model name the argv serves, and of one
+    engine unless the argv asks for data parallelism (then of at most that many)."""
+    engines: set[str] = set()
+    names: set[str] = set()
+    for read in (check.reads.before, check.reads.after):
+        for name, found in read.items():
+            if name.startswith("vllm:"):
+                for key in found:
+                    for label, value in key:
+                        if label == "engine":
+                            engines.add(value)
+                        elif label == "model_name":
+                            names.add(value)
+    if limits.data_parallel is not None and len(engines) > limits.data_parallel:
+        check.problems.append(
+            f"{check.pair}: engine: expected the samples of at most {limits.data_parallel} "
+            f"engine(s) (the argv's --data-parallel-size, 1 when not given), found engines "
+            f"{sorted(engines)}"
+        )
+    if limits.served_name is not None and names - {limits.served_name}:
         check.problems.append(
             f"{check.pair}: model_name: expected {limits.served_name!r} (the argv's "
             f"--served-model-name), found {sorted(names)}"
@@ -1385,6 +1620,376 @@ def _step_checks(
             f"most {most} drafted past a row's end ({depth} a row), found {_shown(steps)} + "
             f"{_shown(spec.accepted)}"
         )
+
+
+# --- the API server's HTTP instrumentation ------------------------------------------------------
+
+HTTP_SIZES: Final = ("http_request_size_bytes", "http_response_size_bytes")
+"""prometheus-fastapi-instrumentator's summaries, by handler."""
+HTTP_DURATION: Final = "http_request_duration_seconds"
+"""Its histogram of durations by handler and method (few buckets)."""
+HTTP_HIGHR: Final = "http_request_duration_highr_seconds"
+"""Its histogram of the same durations with no label (many buckets)."""
+
+
+def _http_read_problems(read: Samples, series: Series) -> list[str]:
+    """One read of the API server's HTTP instrumentation against itself. The instrumentator
+    (prometheus-fastapi-instrumentator 7 and 8, as vLLM's API server installs it) observes every
+    request it does not exclude once, in one call, in each of its families: the request and
+    response sizes by handler and the duration by handler and method count what
+    `http_requests_total` counts, the unlabelled duration histogram every one of them (it
+    respects every status), and both duration histograms hold the same durations (their shared
+    bounds count alike, their sums agree to float rounding)."""
+    counted = read.get(HTTP_REQUESTS, {})
+    by_handler: defaultdict[str | None, float] = defaultdict(float)
+    by_route: defaultdict[tuple[str | None, str | None], float] = defaultdict(float)
+    for key, value in counted.items():
+        labels = dict(key)
+        by_handler[labels.get("handler")] += value
+        by_route[labels.get("handler"), labels.get("method")] += value
+    problems = []
+    for family in HTTP_SIZES:
+        found = read.get(f"{family}_count")
+        if found is None:
+            continue
+        stated: defaultdict[str | None, float] = defaultdict(float)
+        for key, value in found.items():
+            stated[dict(key).get("handler")] += value
+        problems += [
+            f'{family}_count{{handler="{handler}"}}: expected {_shown(by_handler[handler])} '
+            f"(the requests {HTTP_REQUESTS} counts for the handler: the instrumentator observes "
+            f"each one it counts), found {_shown(stated[handler])}"
+            for handler in sorted(stated.keys() | by_handler.keys(), key=str)
+            if stated[handler] != by_handler[handler]
+        ]
+    durations = read.get(f"{HTTP_DURATION}_count")
+    if durations is not None:
+        timed: defaultdict[tuple[str | None, str | None], float] = defaultdict(float)
+        for key, value in durations.items():
+            labels = dict(key)
+            timed[labels.get("handler"), labels.get("method")] += value
+        problems += [
+            f'{HTTP_DURATION}_count{{handler="{handler}",method="{method}"}}: expected '
+            f"{_shown(by_route[handler, method])} (the requests {HTTP_REQUESTS} counts for the "
+            f"handler and method), found {_shown(timed[handler, method])}"
+            for handler, method in sorted(timed.keys() | by_route.keys(), key=str)
+            if timed[handler, method] != by_route[handler, method]
+        ]
+    highr = read.get(f"{HTTP_HIGHR}_count", {})
+    total = sum(by_handler.values())
+    problems += [
+        f"{HTTP_HIGHR}_count: expected {_shown(total)} (every request {HTTP_REQUESTS} counts), "
+        f"found {_shown(value)}"
+        for value in highr.values()
+        if value != total
+    ]
+    return problems + _http_durations_problems(read, series)
+
+
+def _http_durations_problems(read: Samples, series: Series) -> list[str]:
+    """The unlabelled duration histogram against the labelled one: the same observations."""
+    fine = [buckets for (family, _rest), buckets in series.items() if family == HTTP_HIGHR]
+    coarse: dict[float, float] = defaultdict(float)
+    for (family, _rest), buckets in series.items():
+        if family == HTTP_DURATION:
+            for bound, count in buckets:
+                coarse[bound] += count
+    if len(fine) != 1 or not coarse:
+        return []
+    problems = [
+        f'{HTTP_HIGHR}_bucket{{le="{_bound(bound)}"}}: expected {_shown(coarse[bound])} (the '
+        f"requests {HTTP_DURATION} counts within the same bound: both observe every request's "
+        f"one duration), found {_shown(count)}"
+        for bound, count in fine[0]
+        if bound in coarse and coarse[bound] != count
+    ]
+    total = sum(read.get(f"{HTTP_HIGHR}_sum", {}).values())
+    parts = list(read.get(f"{HTTP_DURATION}_sum", {}).values())
+    if read.get(f"{HTTP_HIGHR}_sum") and parts:
+        slack = SUM_ROUNDING * (1.0 + abs(total) + sum(abs(part) for part in parts))
+        if abs(total - sum(parts)) > slack:
+            problems.append(
+                f"{HTTP_HIGHR}_sum: expected {sum(parts)!r} (the sum of {HTTP_DURATION}_sum over "
+                f"its handlers: the same durations), found {total!r}"
+            )
+    return problems
+
+
+def _bound(bound: float) -> str:
+    return "+Inf" if bound == math.inf else repr(bound)
+
+
+def _http_checks(
+    check: _Check,
+    rows: Sequence[OracleRow],
+    limits: Limits,
+    streams: tuple[list[float], list[float]],
+) -> None:
+    """The suite's requests as the API server timed them, inside the client's times: each from
+    its arrival to its last byte, so at most the client's last token's offset and at least its
+    first to last token (`TIMING_SLACK_S` a request of slack), in sum and in every bucket of
+    both duration histograms (the unlabelled one also counts the requests of no row)."""
+    endpoint = ENDPOINTS[limits.api]
+    route = {"handler": endpoint, "method": "POST"}
+    most, least = streams
+    slack = TIMING_SLACK_S * len(rows)
+    found = check.reads.rise(f"{HTTP_DURATION}_sum", **route)
+    low, high = sum(least), sum(most)
+    if found is not None and not low <= found <= high:
+        check.problems.append(
+            f"{check.pair}: {HTTP_DURATION}_sum{_labels(frozenset(route.items()))}: expected a "
+            f"rise between {low:.3f} and {high:.3f} s (the rows' first to last token less, and "
+            f"their last token's offset plus, {slack:.2f} s of clock slack), found {_shown(found)}"
+        )
+    _bounded_buckets(
+        check, HTTP_DURATION, most, least, "last token's offset", handler=endpoint, method="POST"
+    )
+    counted = check.reads.rise(f"{HTTP_HIGHR}_count") or 0.0
+    _bounded_buckets(
+        check,
+        HTTP_HIGHR,
+        most,
+        least,
+        "last token's offset",
+        others=max(counted - len(rows), 0.0),
+    )
+
+
+# --- what other sealed files state -------------------------------------------------------------
+
+ENGINE_START_SLACK_S: Final = 1.0
+"""How much earlier than a process truly started the kernel's start time may read: `/proc`
+gives it as whole-second boot time plus clock ticks (as `builder.freshstarts` bounds it)."""
+
+
+def _stated_time_problems(reads: _Reads, pair: str, facts: ServerFacts, endpoint: str) -> list[str]:
+    """The reads' times against those other files state: the suite's handler first counted a
+    request no earlier than the server answered (the suite came after), vLLM's counters created
+    no later (its engine existed once the server answered: vLLM 0.32's API server creates its
+    loggers after the engine core's handshake, then serves) and no earlier than its engine core
+    started (or than the last idle snapshot before the run saw no process holding a card)."""
+    problems = []
+    for read, which in ((reads.before, "before"), (reads.after, "after")):
+        created = [
+            (value, name, key)
+            for name in read
+            if name.startswith("vllm:") and name.endswith("_created")
+            for key, value in read[name].items()
+        ]
+        if facts.answering is not None:
+            at, where = facts.answering
+            early = [
+                (value, name, key)
+                for name in read
+                if name.startswith("http_") and name.endswith("_created")
+                for key, value in read[name].items()
+                if dict(key).get("handler") == endpoint and value < at - READ_SLACK_S
+            ]
+            problems += _times(pair, which, min(early, default=None), len(early), (
+                f"no earlier than {where} ({at!r}): the suite's first request came after it"
+            ))  # fmt: skip
+            late = [found for found in created if found[0] > at + READ_SLACK_S]
+            late += [
+                (value, PROCESS_START, key)
+                for key, value in read.get(PROCESS_START, {}).items()
+                if value > at + READ_SLACK_S
+            ]
+            problems += _times(pair, which, max(late, default=None), len(late), (
+                f"no later than {where} ({at!r}): the server answered by then, its engine up"
+            ))  # fmt: skip
+        if facts.engine is not None:
+            at, where = facts.engine
+            early = [found for found in created if found[0] < at - ENGINE_START_SLACK_S]
+            problems += _times(pair, which, min(early, default=None), len(early), (
+                f"no earlier than {where} ({at!r}; {ENGINE_START_SLACK_S:g} s of slack): vLLM "
+                "creates its counters once its engine answered"
+            ))  # fmt: skip
+    return problems
+
+
+def _times(
+    pair: str,
+    which: str,
+    first: tuple[float, str, LabelSet] | None,
+    count: int,
+    expected: str,
+) -> list[str]:
+    if first is None:
+        return []
+    value, name, key = first
+    more = f" (and {count - 1} more)" if count > 1 else ""
+    return [
+        f"{pair} ({which}): {name}{_labels(key)}: expected a time {expected}, found {value!r}{more}"
+    ]
+
+
+def _python_problems(reads: _Reads, pair: str, python: tuple[str, str] | None) -> list[str]:
+    """`python_info`: its version the interpreter another file states, its major, minor and
+    patch level that version."""
+    problems = []
+    for read, which in ((reads.before, "before"), (reads.after, "after")):
+        for key in sorted(read.get("python_info", {}), key=sorted):
+            labels = dict(key)
+            version = labels.get("version", "")
+            parts = ".".join(labels.get(part, "") for part in ("major", "minor", "patchlevel"))
+            if python is not None and version != python[0]:
+                problems.append(
+                    f"{pair} ({which}): python_info version: expected {python[0]!r} (the "
+                    f"interpreter {python[1]} states), found {version!r}"
+                )
+            elif not re.fullmatch(re.escape(parts) + r"(?:[a-z+][0-9a-z+.]*)?", version):
+                problems.append(
+                    f"{pair} ({which}): python_info: expected major.minor.patchlevel {parts!r} to "
+                    f"be its version, found {version!r}"
+                )
+    return problems
+
+
+# --- the access log ------------------------------------------------------------------------------
+
+METRICS_PATH: Final = "/metrics"
+"""Where repro reads the server's metrics (`launch.oracle.read_metrics`), before and after."""
+
+
+def _access_order_checks(
+    check: _Check,
+    lines: Sequence[AccessLine],
+    where: str,
+    limits: Limits,
+    readiness: str | None,
+) -> None:
+    """What the access log says of the suite, where the server logs its requests: every POST
+    is to the suite's endpoint (the client posts nothing else), the readiness probe answered
+    2xx before the suite's first POST, a read of `/metrics` answered before it and another
+    after its last (the reads sealed before and after it), each unless the argv leaves the
+    path out of the access log."""
+    if not lines:
+        return  # a log with no access line: the counted requests say what it lacks
+    endpoint = ENDPOINTS[limits.api]
+    check.problems += [
+        f"{where}:{line.line}: access line: expected only the suite's POSTs to {endpoint} (its "
+        f"client posts nothing else), found POST {line.path} answered {line.status}"
+        for line in lines
+        if line.method == "POST" and line.path != endpoint
+    ]
+    posts = [line.line for line in lines if line.method == "POST" and line.path == endpoint]
+    if not posts:
+        return  # the server log gate counts the suite's POSTs
+    answered = [line for line in lines if 200 <= line.status < 300]
+    wanted = [
+        ("the readiness probe GET " + str(readiness), readiness, "before", posts[0]),
+        (f"the read before the suite GET {METRICS_PATH}", METRICS_PATH, "before", posts[0]),
+        (f"the read after the suite GET {METRICS_PATH}", METRICS_PATH, "after", posts[-1]),
+    ]
+    for what, path, side, at in wanted:
+        if path is None or path in limits.unlogged_paths:
+            continue
+        if not any(
+            line.method == "GET"
+            and line.path == path
+            and (line.line < at if side == "before" else line.line > at)
+            for line in answered
+        ):
+            check.problems.append(
+                f"{where}: {what}: expected its access line answered 2xx {side} the suite's "
+                f"{'first' if side == 'before' else 'last'} POST {endpoint} (line {at}), found "
+                "none"
+            )
+
+
+# --- the KV cache the engine states ---------------------------------------------------------------
+
+KV_CACHE_SIZE: Final = re.compile(r"\b([A-Z]{2,4} )?KV cache size: ([0-9][0-9,]{0,30}) tokens")
+"""vLLM's log of its KV cache (`kv_cache_utils`): `CPU KV cache size: 524,288 tokens`."""
+MAX_CONCURRENCY: Final = re.compile(
+    r"Maximum concurrency for [0-9][0-9,]{0,30} tokens per request: ([0-9]{1,30}\.[0-9]{2})x"
+)
+CPU_KV_CACHE_SPACE: Final = "VLLM_CPU_KVCACHE_SPACE"
+"""vLLM's CPU platform sets the KV cache's bytes to this many GiB where it is set and not empty
+(`vllm/platforms/cpu.py`, `check_and_update_config`)."""
+CACHE_CONFIG: Final = "vllm:cache_config_info"
+
+
+def _kv_cache_checks(
+    check: _Check,
+    log: str,
+    where: str,
+    environment: tuple[Mapping[str, str], str] | None,
+) -> None:
+    """`vllm:cache_config_info` against what the log states of the KV cache (its size in
+    tokens, the concurrency it allows, each as vLLM logs them) and, on the CPU platform, the
+    bytes `VLLM_CPU_KVCACHE_SPACE` gives it."""
+    sizes: set[int] = set()
+    devices: set[str] = set()
+    concurrency: set[str] = set()
+    for line in _lines_with(log, ("KV cache size: ", "Maximum concurrency for ")):
+        for size in KV_CACHE_SIZE.finditer(line):
+            sizes.add(int(size[2].replace(",", "")))
+            devices.add((size[1] or "").strip())
+        concurrency.update(m[1] for m in MAX_CONCURRENCY.finditer(line))
+    space = None
+    if environment is not None and "CPU" in devices:
+        value = environment[0].get(CPU_KV_CACHE_SPACE, "").strip()
+        space = int(value) if value.isdecimal() and len(value) <= 9 else None
+    found = {
+        key
+        for read in (check.reads.before, check.reads.after)
+        for key in read.get(CACHE_CONFIG, {})
+    }
+    for key in sorted(found, key=sorted):
+        labels = dict(key)
+        tokens = labels.get("kv_cache_size_tokens", "")
+        if sizes and tokens.isdecimal() and int(tokens) not in sizes:
+            check.problems.append(
+                f"{check.pair}: {CACHE_CONFIG}{_engine(labels)} kv_cache_size_tokens: expected "
+                f"{_alternatives(sorted(sizes))} (the KV cache size {where} states), found {tokens}"
+            )
+        shown = _two_places(labels.get("kv_cache_max_concurrency", ""))
+        if concurrency and shown is not None and shown not in concurrency:
+            check.problems.append(
+                f"{check.pair}: {CACHE_CONFIG}{_engine(labels)} kv_cache_max_concurrency: "
+                f"expected {_alternatives(sorted(concurrency))} (the maximum concurrency {where} "
+                f"states), found {labels['kv_cache_max_concurrency']}"
+            )
+        memory = labels.get("kv_cache_memory_bytes")
+        if space is not None and environment is not None and memory != str(space * 2**30):
+            check.problems.append(
+                f"{check.pair}: {CACHE_CONFIG}{_engine(labels)} kv_cache_memory_bytes: expected "
+                f"{space * 2**30} ({CPU_KV_CACHE_SPACE}={space} GiB in {environment[1]}, the CPU "
+                f"platform's KV cache), found {memory}"
+            )
+
+
+def _lines_with(text: str, phrases: Sequence[str]) -> list[str]:
+    """The lines of `text` that hold one of `phrases` (found by `str.find`, not by a pattern
+    over the whole log)."""
+    found: dict[int, str] = {}
+    for phrase in phrases:
+        at = text.find(phrase)
+        while at >= 0:
+            start = text.rfind("\n", 0, at) + 1
+            end = text.find("\n", at)
+            end = len(text) if end < 0 else end
+            found[start] = text[start:end]
+            at = text.find(phrase, end)
+    return [found[start] for start in sorted(found)]
+
+
+def _engine(labels: Mapping[str, str]) -> str:
+    return f'{{engine="{labels["engine"]}"}}' if "engine" in labels else ""
+
+
+def _alternatives(values: Sequence[object]) -> str:
+    return " or ".join(str(value) for value in values)
+
+
+def _two_places(value: str) -> str | None:
+    """A float label as vLLM's log shows it (`%.2f`); None when it is no finite number."""
+    try:
+        number = float(value)
+    except ValueError:
+        return None
+    return f"{number:.2f}" if math.isfinite(number) else None
 
 
 def _created_at_start(name: str) -> bool:

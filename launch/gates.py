@@ -725,6 +725,12 @@ CRASH_MARKERS: Final = (
     "Executor failed",
     "WorkerProc hit an exception",
     "WorkerProc failed",
+    # vLLM's API server: a request's stream, or the loop reading the engine's outputs, failed
+    "Error in chat completion stream generator",
+    "Error in completion stream generator",
+    "output_handler failed",
+    # uvicorn: an exception escaped the application while answering a request
+    "Exception in ASGI application",
 )
 """What a process of the stack writes when it crashes: none may appear while the stack served
 (a shutdown's own traceback, after teardown began, is not the run's). Case-sensitive, each as
@@ -732,13 +738,48 @@ its writer spells it: CPython's faulthandler (`Fatal Python error: Segmentation 
 error`, `Aborted`), the shell (`Aborted (core dumped)`), torch's and absl's signal handlers
 (`*** SIGSEGV received`), torch's DataLoader (`killed by signal`), torch's allocators (`CUDA
 out of memory`, `torch.OutOfMemoryError`), glibc's malloc checks (`free(): invalid pointer`,
-`double free or corruption`) and stack protector, libstdc++'s `std::terminate`, and vLLM 0.32
+`double free or corruption`) and stack protector, libstdc++'s `std::terminate`, vLLM 0.32
 (`Worker proc VllmWorker-0 died unexpectedly, shutting down executor.`, `Engine core proc
 EngineCore died unexpectedly, shutting down client.`, `EngineCore failed to start.`, `EngineCore
 encountered a fatal error.`, `RuntimeError: Executor failed.`, `WorkerProc hit an exception.`,
-`WorkerProc failed to start.`). vLLM's own lowercase `abort` (a route, a shutdown mode) and its
-shutdown's `signal=SIGTERM` match none. A request aborted while serving (`Aborted request`) is
-no complete answer either."""
+`WorkerProc failed to start.`, `Error in chat completion stream generator.`, `AsyncLLM
+output_handler failed.`) and uvicorn (`Exception in ASGI application`). vLLM's own lowercase
+`abort` (a route, a shutdown mode) and its shutdown's `signal=SIGTERM` match none. A request
+aborted while serving (`Aborted request`) is no complete answer either. Beside these, a line
+whose message is a bare Python exception (`BARE_EXCEPTION`) and the shell's report of a process
+it saw killed (`KILLED`) are crash lines too."""
+LOG_HEADER: Final = re.compile(
+    r"(?:\([A-Za-z_][A-Za-z0-9_.-]{0,100} pid=[0-9]{1,10}(?:, [^()\n]{0,200})?\) ?)?"
+    r"(?:(?:DEBUG|INFO|WARNING|ERROR|CRITICAL)"
+    r"(?::[ \t]+| [0-9]{2}-[0-9]{2} [0-9:.]{1,20} (?:\[[^\]\n]{0,200}\] )?))?"
+)
+"""What precedes a log line's message: vLLM's process prefix (`(APIServer pid=1) `, `(RayWorker
+pid=2, ip=10.0.0.1) `), then its level, date and source (`ERROR 12-06 01:28:56 [core.py:1] `)
+or uvicorn's level (`ERROR:    `)."""
+BARE_EXCEPTION: Final = re.compile(
+    r"(?:[A-Za-z_][A-Za-z0-9_]{0,100}\.){0,20}[A-Za-z_][A-Za-z0-9_]{0,100}(?:Error|Exception): "
+)
+"""A message that is a Python exception as its traceback's last line states it
+(`RuntimeError: Expected all tensors to be on the same device`, `vllm.v1.engine.exceptions.
+EngineDeadError: …`), logged with or without the traceback before it. A message that merely
+quotes one (`… fd limit errors like OSError: [Errno 24] …`) does not begin with it: measured, no
+line written while serving in a committed log has such a message."""
+KILLED: Final = re.compile(r"(?:[^:\n]+: line [0-9]+: +[0-9]+ +)?Killed(?: .*)?")
+"""The shell's report of a child killed by SIGKILL (the kernel's OOM killer's signal), the whole
+line: `Killed`, or `bash: line 1: 12345 Killed    python …`."""
+
+
+def crash_marker(line: str) -> str | None:
+    """What in `line` says a process of the stack crashed (a `CRASH_MARKERS` entry, a bare
+    exception's name, `Killed`); None when nothing does."""
+    marker = next((marker for marker in CRASH_MARKERS if marker in line), None)
+    if marker is not None:
+        return marker
+    header = LOG_HEADER.match(line)
+    bare = BARE_EXCEPTION.match(line, header.end() if header is not None else 0)
+    if bare is not None:
+        return bare[0].rstrip(": ").rsplit(".", 1)[-1]
+    return "Killed" if KILLED.fullmatch(line.strip()) is not None else None
 
 
 def server_log_gate(start: int, rank: int = 0) -> str:
@@ -790,9 +831,9 @@ def server_log_verdict(
         return _verdict(gate, False, "the log written while serving holds NUL bytes: not text")
     text = written.decode(errors="replace")
     found = [
-        (number, next(marker for marker in CRASH_MARKERS if marker in line))
+        (number, marker)
         for number, line in enumerate(text.splitlines(), start=1)
-        if any(marker in line for marker in CRASH_MARKERS)
+        if (marker := crash_marker(line)) is not None
     ]
     if found:
         number, marker = found[0]

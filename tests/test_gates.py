@@ -720,6 +720,9 @@ def test_the_committed_logs_pass_the_server_log_gate(directory: Path) -> None:
     verdict = gates.server_log_verdict(1, log, written, answered=0 if rank else 5, rank=rank)
     assert verdict.passed, verdict.summary
     assert not any(marker in log[:written].decode() for marker in gates.CRASH_MARKERS)
+    assert [gates.crash_marker(line) for line in log[:written].decode().splitlines()] == [
+        None for _ in log[:written].decode().splitlines()
+    ]
 
 
 def test_the_laguna_log_passes_the_server_log_gate_whole(record: Record) -> None:
@@ -756,12 +759,53 @@ def test_the_laguna_log_passes_the_server_log_gate_whole(record: Record) -> None
             "terminate called after throwing an instance of 'c10::Error'",
             "terminate called after throwing",
         ),
+        (
+            "(APIServer pid=11746) ERROR 12-06 01:28:00 [serving_chat.py:1301] Error in chat "
+            "completion stream generator.",
+            "Error in chat completion stream generator",
+        ),
+        (
+            "(APIServer pid=11746) ERROR 12-06 01:28:00 [async_llm.py:700] AsyncLLM "
+            "output_handler failed.",
+            "output_handler failed",
+        ),
+        ("ERROR:    Exception in ASGI application", "Exception in ASGI application"),
+        (
+            "(Worker pid=11776) ERROR 12-06 01:28:00 [cpu_model_runner.py:1] RuntimeError: "
+            "Expected all tensors to be on the same device",
+            "RuntimeError",
+        ),
+        ("ValueError: boom", "ValueError"),
+        (
+            "(APIServer pid=11746) ERROR 12-06 01:28:00 [launcher.py:1] "
+            "torch.AcceleratorError: device lost",
+            "AcceleratorError",
+        ),
+        ("Killed", "Killed"),
+        ("bash: line 1: 11746 Killed                  python -m vllm", "Killed"),
     ],
 )
 def test_a_crash_written_while_serving_fails_the_server_log_gate(line: str, marker: str) -> None:
     log, written = before_first_post(TINY_START, line)
     verdict = gates.server_log_verdict(1, log, written, answered=5)
     assert verdict.summary == f"1 crash line(s) while serving; first: line 109 {marker!r}"
+
+
+@pytest.mark.parametrize(
+    "line",
+    [
+        "(APIServer pid=11746) WARNING 12-06 01:27:53 [system_utils.py:255] Found ulimit of 20000 "
+        "and failed to automatically increase with error current limit exceeds maximum limit. "
+        "This can cause fd limit errors like `OSError: [Errno 24] Too many open files`.",
+        "(APIServer pid=11746) INFO 12-06 01:28:00 [x.py:1] Killed 0 stale sockets",
+        "(APIServer pid=11746) INFO 12-06 01:28:00 [x.py:1] no RuntimeError: seen",
+    ],
+)
+def test_a_line_that_only_names_an_exception_or_a_kill_is_no_crash(line: str) -> None:
+    """A message that quotes an exception or says `Killed` within it states no failure: only
+    a message that is an exception (a traceback's last line) or the shell's report does."""
+    log, written = before_first_post(TINY_START, line)
+    assert gates.server_log_verdict(1, log, written, answered=5).passed
 
 
 def test_a_worker_of_another_node_dying_fails_its_rank() -> None:

@@ -294,8 +294,9 @@ def test_a_record_whose_files_are_not_its_own_checksums_is_refused_at_build(
 ) -> None:
     """Double throughput in bench.json: the record's own checksum list of its run directory
     names other bytes for bench.json, each row's stated rate and the summary's median are no
-    longer what its offsets give, and the server's end-to-end latency in its own /metrics is
-    shorter than the client's halved streaming. The build refuses, naming each, checksums first."""
+    longer what its offsets give, and the server's end-to-end latency and HTTP durations in its
+    own /metrics are longer than the client's halved streaming, in sum and in their buckets. The
+    build refuses, naming each, checksums first."""
     refused = _build_refused(tmp_path, _faster)
     first, *rest = refused.value.drifts
     assert (first.kind.value, first.subject) == (
@@ -308,7 +309,10 @@ def test_a_record_whose_files_are_not_its_own_checksums_is_refused_at_build(
     assert sum("summary median expected" in f for f in found) == 1
     assert sum("vllm:e2e_request_latency_seconds_sum: expected a rise of between" in f
                for f in found) == 1  # fmt: skip
-    assert len(found) == 15
+    assert sum("vllm:e2e_request_latency_seconds_bucket" in f for f in found) == 4
+    assert sum("http_request_duration_seconds_sum" in f for f in found) == 1
+    assert sum("http_request_duration_highr_seconds_bucket" in f for f in found) == 6
+    assert len(found) == 26
     assert not (tmp_path / "laguna-102tps").exists()
 
 

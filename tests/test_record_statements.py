@@ -224,6 +224,47 @@ POSITION_0 = 'vllm:spec_decode_num_accepted_tokens_per_pos_total{engine="0",' + 
     'model_name="laguna-s-2.1-int4",position="0"}'
 )
 
+
+def _both_reads(change: Callable[[str], str]) -> Edit:
+    def edit(record: Path) -> None:
+        for name in ("metrics-before-suite.prom", "metrics-after-suite.prom"):
+            _run(name, change)(record)
+
+    return edit
+
+
+def _a_month_earlier(text: str) -> str:
+    """The process start and every counter's creation 30 days earlier."""
+    return re.sub(
+        r"^((?:vllm:\S+|http_\S+)_created(?:\{[^}]*\})?|process_start_time_seconds) (\S+)$",
+        lambda m: f"{m[1]} {float(m[2]) - 30 * 86400!r}",
+        text,
+        flags=re.MULTILINE,
+    )
+
+
+def _a_day_earlier(document: dict[str, Any]) -> None:
+    for row in document["rows"]:
+        for key in ("request_started_epoch_s", "request_ended_epoch_s", "first_text_epoch_s"):
+            row[key] -= 86400
+
+
+def _timed_within_10_ms(text: str) -> str:
+    highr = "http_request_duration_highr_seconds"
+    text = re.sub(rf'^({highr}_bucket\{{le="[^"]+"\}}) \S+$', r"\1 13.0", text, flags=re.MULTILINE)
+    return re.sub(rf"^({highr}_sum) \S+$", r"\1 0.1", text, flags=re.MULTILINE)
+
+
+CHAT_SIZES = (
+    'http_request_size_bytes_count{handler="/v1/chat/completions"} 13.0',
+    'http_response_size_bytes_count{handler="/v1/chat/completions"} 13.0',
+)
+OTHER_PYTHON = (
+    'minor="12",patchlevel="13",version="3.12.13"',
+    'minor="11",patchlevel="9",version="3.11.9"',
+)
+LAST_POST = r"^(.*127\.0\.0\.1:49022 - \"POST /v1/chat/completions HTTP/1\.1\" 200 OK)$"
+
 FORGERIES: dict[str, tuple[Edit, set[str]]] = {
     "status.txt says the run failed": (_run("status.txt", lambda _: "status=FAIL\n"), {FILES}),
     "a failure after the idle check": (
@@ -483,6 +524,79 @@ FORGERIES: dict[str, tuple[Edit, set[str]]] = {
         {FREEZE},
     ),
     "a teacher bench stating twice its median": (_teacher_bench(_faster_teacher), {TEACHER}),
+    "vLLM's output handler failing while serving": (
+        _line(
+            "server.log",
+            r"^(.*Prepared Laguna DFlash.*)$",
+            r"\1\n(APIServer pid=162700) ERROR 07-26 17:48:00 [async_llm.py:700] AsyncLLM "
+            r"output_handler failed.",
+        ),
+        {LOG},
+    ),
+    "a POST to a route the suite never posts to": (
+        _line(
+            "server.log",
+            LAST_POST,
+            r'\1\n(APIServer pid=162700) INFO:     127.0.0.1:39515 - "POST /v1/load_lora_adapter '
+            r'HTTP/1.1" 200 OK',
+        ),
+        {ROWS},
+    ),
+    "an access log without the reads of /metrics": (
+        _run(
+            "server.log",
+            lambda t: "".join(x for x in t.splitlines(keepends=True) if "GET /metrics" not in x),
+        ),
+        {ROWS},
+    ),
+    "prefix caching on in the read before the suite": (
+        _run(
+            "metrics-before-suite.prom",
+            lambda t: t.replace('enable_prefix_caching="False"', 'enable_prefix_caching="True"'),
+        ),
+        {ROWS},
+    ),
+    "requests running before the suite": (
+        _run(
+            "metrics-before-suite.prom",
+            lambda t: t.replace(
+                'vllm:num_requests_running{engine="0",model_name="laguna-s-2.1-int4"} 0.0',
+                'vllm:num_requests_running{engine="0",model_name="laguna-s-2.1-int4"} 2.0',
+            ),
+        ),
+        {ROWS},
+    ),
+    "sizes of requests never counted": (
+        _run(
+            "metrics-after-suite.prom",
+            lambda t: t.replace(CHAT_SIZES[0], CHAT_SIZES[0][:-4] + "20.0").replace(
+                CHAT_SIZES[1], CHAT_SIZES[1][:-4] + "20.0"
+            ),
+        ),
+        {ROWS},
+    ),
+    "requests timed within 10 ms while they streamed for seconds": (
+        _run("metrics-after-suite.prom", _timed_within_10_ms),
+        {ROWS},
+    ),
+    "python_info of another interpreter than the runtime lock's": (
+        _both_reads(lambda t: t.replace(*OTHER_PYTHON)),
+        {ROWS},
+    ),
+    "every counter created a month before the run": (_both_reads(_a_month_earlier), {ROWS}),
+    "the bench's requests a day before the run": (
+        _json("bench.json", _a_day_earlier),
+        {ROWS, IDLE},
+    ),
+    "requests that ended after the bench was created": (
+        _json(
+            "bench.json",
+            lambda d: d["run_identity"].__setitem__(  # type: ignore[index]
+                "created_at_utc", "2026-07-26T21:49:00+00:00"
+            ),
+        ),
+        {ROWS},
+    ),
 }
 
 
@@ -524,6 +638,51 @@ SAID: dict[str, str] = {
         'run/server.log: access lines of http_requests_total{handler="/v1/completions",'
         'method="POST",status="5xx"}: expected at least the 3 requests it counted between the '
         "reads"
+    ),
+    "vLLM's output handler failing while serving": (
+        "run/server.log: 1 crash line(s) while serving; first: line 140 'output_handler failed'"
+    ),
+    "a POST to a route the suite never posts to": (
+        "run/server.log:279: access line: expected only the suite's POSTs to "
+        "/v1/chat/completions (its client posts nothing else), found POST /v1/load_lora_adapter "
+        "answered 200"
+    ),
+    "an access log without the reads of /metrics": (
+        "run/server.log: the read before the suite GET /metrics: expected its access line "
+        "answered 2xx before the suite's first POST /v1/chat/completions"
+    ),
+    "prefix caching on in the read before the suite": (
+        "vllm:cache_config_info: expected the same information in both reads of one server "
+        "process, found enable_prefix_caching='True' before, 'False' after"
+    ),
+    "requests running before the suite": (
+        'vllm:num_requests_running{engine="0",model_name="laguna-s-2.1-int4"}: expected no '
+        "request running or waiting when the suite began"
+    ),
+    "sizes of requests never counted": (
+        'http_request_size_bytes_count{handler="/v1/chat/completions"}: expected 13 (the '
+        "requests http_requests_total counts for the handler"
+    ),
+    "requests timed within 10 ms while they streamed for seconds": (
+        'http_request_duration_highr_seconds_bucket{le="0.1"}: expected 0 (the requests '
+        "http_request_duration_seconds counts within the same bound"
+    ),
+    "python_info of another interpreter than the runtime lock's": (
+        "python_info version: expected '3.12.13' (the interpreter the runtime lock's "
+        "toolchain.python states), found '3.11.9'"
+    ),
+    "every counter created a month before the run": (
+        "expected a time no earlier than run/idle-interval/prestart-12.json observed_utc (the "
+        "last idle snapshot before)"
+    ),
+    "the bench's requests a day before the run": (
+        "run/idle-interval/prestart-00.json: observed_utc expected no later than the bench's "
+        "first request began (2026-07-25T21:47:37.666626+00:00: an idle snapshot before the run)"
+    ),
+    "requests that ended after the bench was created": (
+        "run/bench.json: row 7 (rust-stream-parser): request_ended_epoch_s expected no later "
+        "than the bench was created (2026-07-26T21:49:00+00:00, run_identity.created_at_utc: "
+        "once its last request ended), found 1785102549.8788676 (2026-07-26T21:49:09.878868+00:00)"
     ),
 }
 """What the refusal of a forgery says, where a test states it."""

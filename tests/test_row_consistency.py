@@ -14,6 +14,7 @@ import dataclasses
 import json
 import re
 from collections.abc import Callable
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -26,6 +27,7 @@ from repro_serving.builder.tinymodel import ARCHITECTURE
 from repro_serving.launch.consistency import (
     Findings,
     Limits,
+    ServerFacts,
     metrics_problems,
     rows_problems,
     starts_problems,
@@ -172,6 +174,51 @@ def plus(name: str, rise: float, **labels: str) -> Callable[[str], str]:
     return change
 
 
+def facts_of(bundle: Path, start: int = 1) -> ServerFacts:
+    """What a built bundle's other files state about start `start`'s server, as `repro verify`
+    reads them (`builder.verify._server_facts`)."""
+    at = f"evidence/start-{start}"
+    ready = json.loads((bundle / at / "server.json").read_text())["ready_at"]
+    engine = json.loads((bundle / at / "audit" / "engine_core.json").read_text())["processes"]
+    observations = json.loads((bundle / "evidence" / "observations.json").read_text())
+    return ServerFacts(
+        answering=(ready, f"{at}/server.json ready_at"),
+        engine=(engine[0]["started_at"], f"the engine core's started_at in {at}/audit"),
+        python=(
+            observations["python"]["version"],
+            "evidence/observations.json python.version",
+        ),
+        environment=(
+            json.loads((bundle / "evidence" / "run.json").read_text())["env"],
+            "evidence/run.json env",
+        ),
+        readiness_path="/health",
+    )
+
+
+LAGUNA_RUN = LAGUNA / "evidence" / "run"
+
+
+def laguna_facts() -> ServerFacts:
+    """What the Laguna record's other files state about its server (`builder.imported`)."""
+    started = json.loads((LAGUNA_RUN / "bench.json").read_text())["rows"][0]
+    prestart = sorted((LAGUNA_RUN / "idle-interval").glob("prestart-*.json"))[-1]
+    observed = json.loads(prestart.read_text())["observed_utc"]
+    runtime = json.loads((LAGUNA / "evidence" / "identity.json").read_text())
+    return ServerFacts(
+        answering=(
+            started["request_started_epoch_s"],
+            "run/bench.json rows[0] request_started_epoch_s",
+        ),
+        engine=(
+            datetime.fromisoformat(observed).timestamp(),
+            f"run/idle-interval/{prestart.name} observed_utc (the last idle snapshot before)",
+        ),
+        python=(runtime["toolchain"]["python"], "the runtime lock's toolchain.python"),
+        readiness_path="/health",
+    )
+
+
 def served_log(bundle: Path, start: int = 1) -> tuple[str, dict[str, Any]]:
     """What start `start`'s server logged while it served (up to teardown's log_bytes), and
     its teardown record."""
@@ -246,6 +293,7 @@ def test_the_committed_tiny_bundles_contradict_nothing(bundle: Path, start: int)
             sources=(before, after),
             read_by=teardown["began_at"],
             served_log=log,
+            facts=facts_of(bundle, start),
         )
         == Findings()
     )
@@ -275,6 +323,7 @@ def test_the_laguna_record_with_its_speculative_counters_contradicts_nothing() -
         limits=served,
         sources=(LAGUNA_BEFORE, LAGUNA_AFTER),
         served_log=text(LAGUNA, LAGUNA_LOG),
+        facts=laguna_facts(),
     ) == Findings(
         (),
         (
@@ -559,7 +608,8 @@ def test_a_row_the_server_never_counted_is_refused() -> None:
     rows = document(TINY)
     rows.append(rows[4] | {"prompt_id": "unicode"})
     problems = tiny_metrics(rows)
-    assert len(problems) == 62  # every count, sum and bucket of every per-request histogram
+    # every count, sum and bucket of every per-request histogram, the HTTP durations' too
+    assert len(problems) == 116
     assert {
         f"{PAIR}: vllm:request_success_total: expected a rise of 6 (one per row), found 5",
         f'{PAIR}: vllm:request_success_total{{finished_reason="length"}}: expected a rise of 6 '
@@ -610,8 +660,20 @@ def test_successes_by_another_finish_reason_than_the_rows_are_refused() -> None:
 
 
 def test_fewer_chat_requests_than_rows_are_refused() -> None:
+    """One request counted less, its sizes and durations still observed: the instrumentator
+    observes each request it counts in every one of its families."""
     change = sample("http_requests_total", 4.0, handler="/v1/chat/completions")
+    chat = 'handler="/v1/chat/completions"'
+    counts = "the requests http_requests_total counts for the handler"
     assert tiny_metrics(after=change) == (
+        f"{PAIR} (after): http_request_size_bytes_count{{{chat}}}: expected 4 ({counts}: the "
+        "instrumentator observes each one it counts), found 5",
+        f"{PAIR} (after): http_response_size_bytes_count{{{chat}}}: expected 4 ({counts}: the "
+        "instrumentator observes each one it counts), found 5",
+        f'{PAIR} (after): http_request_duration_seconds_count{{{chat},method="POST"}}: expected '
+        f"4 ({counts} and method), found 5",
+        f"{PAIR} (after): http_request_duration_highr_seconds_count: expected 5 (every request "
+        "http_requests_total counts), found 6",
         f'{PAIR}: http_requests_total{{handler="/v1/chat/completions"}}: expected a rise of 5 '
         "(one POST /v1/chat/completions per row), found 4",
         f'{PAIR}: http_requests_total{{handler="/v1/chat/completions",status="2xx"}}: expected '
@@ -683,7 +745,7 @@ def test_metrics_of_another_model_name_than_the_argv_serves_are_refused() -> Non
 
 def test_no_prefix_cache_queries_while_the_engine_reports_caching_on_are_refused() -> None:
     on = replaced('enable_prefix_caching="False"', 'enable_prefix_caching="True"')
-    assert tiny_metrics(after=on, served=UNSTATED) == (
+    assert tiny_metrics(before=on, after=on, served=UNSTATED) == (
         f"{PAIR}: vllm:prefix_cache_queries_total: expected a rise of 199 (the rows' "
         "prompt_tokens, prefix caching on), found 0",
     )
@@ -693,7 +755,7 @@ def test_cached_tokens_the_server_never_counted_are_refused() -> None:
     on = replaced('enable_prefix_caching="False"', 'enable_prefix_caching="True"')
     queried = sample("vllm:prefix_cache_queries_total", 199.0)
     found = tiny_metrics(
-        with_row(1, cached_tokens=10), after=lambda t: queried(on(t)), served=UNSTATED
+        with_row(1, cached_tokens=10), before=on, after=lambda t: queried(on(t)), served=UNSTATED
     )
     assert found == (
         f"{PAIR}: vllm:prompt_tokens_cached_total: expected a rise of 10 (the rows' "
@@ -702,6 +764,8 @@ def test_cached_tokens_the_server_never_counted_are_refused() -> None:
         "of 189 (prompt_tokens less cached_tokens), found 199",
         f"{PAIR}: vllm:request_prefill_kv_computed_tokens_sum: expected a rise of 189 (the rows' "
         "prompt_tokens less cached_tokens), found 199",
+        f'{PAIR}: vllm:request_prefill_kv_computed_tokens_bucket{{le="20.0"}}: expected a rise '
+        "of 1 (the rows at most 20.0: each row's prompt_tokens less its cached_tokens), found 0",
         f"{PAIR}: vllm:iteration_tokens_total_sum: expected a rise of 349 (the rows' computed "
         "prompt tokens and completion_tokens), found 359",
         f"{PAIR}: vllm:prefix_cache_hits_total: expected a rise of 10 (the rows' cached_tokens), "
@@ -896,14 +960,14 @@ E2E_SUM = "vllm:e2e_request_latency_seconds_sum"
 
 
 def test_a_time_to_first_token_sum_its_buckets_cannot_hold_is_refused() -> None:
-    """Every request in the 1 ms bucket, its sum 80 ms: in the read and in the rise."""
+    """Every request in the 1 ms bucket, its sum 52 ms: in the read and in the rise."""
     found = tiny_metrics(after=every("vllm:time_to_first_token_seconds_bucket", 5.0))
     assert found == (
         f"{PAIR} (after): {TTFT_SUM}{LABELS}: expected a sum between 0 and 0.005 (each of its 5 "
-        "observations between the bounds of its bucket), found 0.0803670883178711",
+        "observations between the bounds of its bucket), found 0.05183672904968262",
         f"{PAIR}: {TTFT_SUM}{LABELS}: expected a rise between 0 and 0.005 (each of the 5 "
         "observations between the reads between the bounds of its bucket), found "
-        "0.0803670883178711",
+        "0.05183672904968262",
     )
 
 
@@ -915,12 +979,12 @@ def test_an_end_to_end_sum_below_what_its_buckets_hold_is_refused() -> None:
     )
     assert (
         f"{PAIR} (after): {E2E_SUM}{LABELS}: expected a sum of at least 38400 (each of its 5 "
-        "observations between the bounds of its bucket), found 0.4210355281829834"
+        "observations between the bounds of its bucket), found 0.4203219413757324"
     ) in found, found
     assert (
         f"{PAIR}: {E2E_SUM}{LABELS}: expected a rise of at least 38400 (each of the 5 "
         "observations between the reads between the bounds of its bucket), found "
-        "0.4210355281829834"
+        "0.4203219413757324"
     ) in found, found
 
 
@@ -949,14 +1013,14 @@ def test_a_decode_time_longer_than_the_end_to_end_latency_is_refused() -> None:
     the sum of their inter-token latencies (equal to the last bit in every committed read)."""
     found = tiny_metrics(after=lambda t: plus(INFERENCE_SUM, 10)(plus(DECODE_SUM, 10)(t)))
     assert {
-        f"{PAIR}: {DECODE_SUM}: expected a rise of at most 0.471036 s (each request's decode "
-        f"inside its end-to-end latency, whose sum rose by 0.421036 s; {CLOCKS}), found "
-        "10.342599225999948",
-        f"{PAIR}: {ITL_SUM}: expected a rise of 10.342599225999948 ({DECODE_SUM}: the same "
-        "intervals of the engine's clock, to 1e-06 s an observation), found 0.3425992259999475",
+        f"{PAIR}: {DECODE_SUM}: expected a rise of at most 0.470322 s (each request's decode "
+        f"inside its end-to-end latency, whose sum rose by 0.420322 s; {CLOCKS}), found "
+        "10.372868546000063",
+        f"{PAIR}: {ITL_SUM}: expected a rise of 10.372868546000063 ({DECODE_SUM}: the same "
+        "intervals of the engine's clock, to 1e-06 s an observation), found 0.37286854600006336",
         f"{PAIR}: {QUEUE_SUM}, {PREFILL_SUM} and {DECODE_SUM}: expected rises summing to at most "
-        "0.471036 s (a request is queued, prefilled and decoded inside its end-to-end latency, "
-        f"whose sum rose by 0.421036 s; {CLOCKS}), found 10.3984 s",
+        "0.470322 s (a request is queued, prefilled and decoded inside its end-to-end latency, "
+        f"whose sum rose by 0.420322 s; {CLOCKS}), found 10.4031 s",
     } <= set(found), found
 
 
@@ -964,25 +1028,25 @@ def test_a_decode_time_within_its_buckets_but_not_its_steps_is_refused() -> None
     """10 ms more decode, inside every bucket bound and the end-to-end latency: the sum of the
     inter-token latencies and inference (prefill + decode) still tell."""
     assert tiny_metrics(after=plus(DECODE_SUM, 0.01)) == (
-        f"{PAIR}: {INFERENCE_SUM}: expected a rise of 0.40824797100027355 ({PREFILL_SUM} + "
+        f"{PAIR}: {INFERENCE_SUM}: expected a rise of 0.41300842700025897 ({PREFILL_SUM} + "
         f"{DECODE_SUM}: the same intervals of the engine's clock, to 1e-06 s an observation), "
-        "found 0.39824797100027354",
-        f"{PAIR}: {ITL_SUM}: expected a rise of 0.35259922599994753 ({DECODE_SUM}: the same "
-        "intervals of the engine's clock, to 1e-06 s an observation), found 0.3425992259999475",
-        f"{PAIR}: {TPOT_SUM}: expected a rise of 0.0113742 s (each request's decode time over its "
-        "tokens after the first: the decode time's rise 0.352599 s over the rows' 31 to 31 "
-        "tokens), found 0.01105158793548218",
+        "found 0.40300842700025896",
+        f"{PAIR}: {ITL_SUM}: expected a rise of 0.38286854600006337 ({DECODE_SUM}: the same "
+        "intervals of the engine's clock, to 1e-06 s an observation), found 0.37286854600006336",
+        f"{PAIR}: {TPOT_SUM}: expected a rise of 0.0123506 s (each request's decode time over its "
+        "tokens after the first: the decode time's rise 0.382869 s over the rows' 31 to 31 "
+        "tokens), found 0.01202801761290527",
     )
 
 
 def test_inter_token_latencies_longer_than_the_requests_are_refused() -> None:
     found = tiny_metrics(after=plus(ITL_SUM, 34.0))
     assert {
-        f"{PAIR}: {ITL_SUM}: expected a rise of at most 0.471036 s (each request's inter-token "
-        f"latencies inside its end-to-end latency, whose sum rose by 0.421036 s; {CLOCKS}), found "
-        "34.34259922599995",
-        f"{PAIR}: {ITL_SUM}: expected a rise of 0.3425992259999475 ({DECODE_SUM}: the same "
-        "intervals of the engine's clock, to 1e-06 s an observation), found 34.34259922599995",
+        f"{PAIR}: {ITL_SUM}: expected a rise of at most 0.470322 s (each request's inter-token "
+        f"latencies inside its end-to-end latency, whose sum rose by 0.420322 s; {CLOCKS}), found "
+        "34.37286854600006",
+        f"{PAIR}: {ITL_SUM}: expected a rise of 0.37286854600006336 ({DECODE_SUM}: the same "
+        "intervals of the engine's clock, to 1e-06 s an observation), found 34.37286854600006",
     } <= set(found), found
 
 
@@ -991,21 +1055,21 @@ def test_a_time_per_output_token_other_than_decode_over_the_tokens_is_refused(ri
     """Each of the 5 rows streamed 32 tokens: its time per output token is its decode over 31."""
     found = tiny_metrics(after=plus(TPOT_SUM, rise))
     assert (
-        f"{PAIR}: {TPOT_SUM}: expected a rise of 0.0110516 s (each request's decode time over its "
-        "tokens after the first: the decode time's rise 0.342599 s over the rows' 31 to 31 "
-        f"tokens), found {0.01105158793548218 + rise!r}"
+        f"{PAIR}: {TPOT_SUM}: expected a rise of 0.012028 s (each request's decode time over its "
+        "tokens after the first: the decode time's rise 0.372869 s over the rows' 31 to 31 "
+        f"tokens), found {0.01202801761290527 + rise!r}"
     ) in found, found
 
 
 def test_a_queue_time_longer_than_the_requests_are_refused() -> None:
     found = tiny_metrics(after=plus(QUEUE_SUM, 50.0))
     assert {
-        f"{PAIR}: {QUEUE_SUM}: expected a rise of at most 0.471036 s (each request's time queued "
-        f"inside its end-to-end latency, whose sum rose by 0.421036 s; {CLOCKS}), found "
-        "50.00011153499963",
-        f"{PAIR}: {QUEUE_SUM} and {PREFILL_SUM}: expected rises summing to at most 0.130367 s (a "
+        f"{PAIR}: {QUEUE_SUM}: expected a rise of at most 0.470322 s (each request's time queued "
+        f"inside its end-to-end latency, whose sum rose by 0.420322 s; {CLOCKS}), found "
+        "50.00008781500037",
+        f"{PAIR}: {QUEUE_SUM} and {PREFILL_SUM}: expected rises summing to at most 0.101837 s (a "
         "request is queued and prefilled before the server sees its first token, whose times "
-        f"rose by 0.0803671 s; {CLOCKS}), found 50.0558 s",
+        f"rose by 0.0518367 s; {CLOCKS}), found 50.0302 s",
     } <= set(found), found
 
 
@@ -1086,19 +1150,25 @@ def test_kv_blocks_in_use_with_nothing_running_and_no_prefix_cache_are_refused()
 
 
 def tiny_read(
-    after: Callable[[str], str] = str, log: Callable[[str], str] = str
+    after: Callable[[str], str] = str,
+    log: Callable[[str], str] = str,
+    *,
+    before: Callable[[str], str] = str,
+    facts: ServerFacts | None = None,
 ) -> tuple[str, ...]:
-    """The tiny bundle's start 1 judged with the time its teardown began and its served log."""
+    """The tiny bundle's start 1 judged with the time its teardown began, its served log and
+    (given) what its other files state of its server."""
     served, teardown = served_log(TINY)
     return metrics_problems(
         parsed(document(TINY)),
-        text(TINY, BEFORE),
+        before(text(TINY, BEFORE)),
         after(text(TINY, AFTER)),
         limits=limits_of(TINY),
         sources=(BEFORE, AFTER),
         read_by=teardown["began_at"],
         served_log=log(served),
         log_source=LOG,
+        facts=facts or ServerFacts(),
     ).problems
 
 
@@ -1114,10 +1184,11 @@ def test_a_counter_created_after_the_read_was_taken_is_refused() -> None:
 
 
 def test_requests_counted_that_the_access_log_does_not_hold_are_refused() -> None:
-    """Three failed POSTs to another endpoint while the suite ran: uvicorn logs none."""
+    """Three failed POSTs to another endpoint while the suite ran: uvicorn logs none (nor did
+    the instrumentator observe them in its other families)."""
     models = 'http_requests_total{handler="/v1/models",method="GET",status="2xx"} 1.0'
     errors = 'http_requests_total{handler="/v1/completions",method="POST",status="5xx"} 3.0'
-    assert tiny_read(after=replaced(models, f"{models}\n{errors}")) == (
+    assert tiny_read(after=replaced(models, f"{models}\n{errors}"))[-1:] == (
         f'{LOG}: access lines of http_requests_total{{handler="/v1/completions",method="POST",'
         'status="5xx"}: expected at least the 3 requests it counted between the reads '
         f"({PAIR}; uvicorn logs every request it answers), found 0",
@@ -1136,3 +1207,496 @@ def test_a_log_stripped_of_its_access_lines_is_refused() -> None:
     quiet = [*locked_argv(TINY), "--disable-uvicorn-access-log"]
     assert not Limits.of(suite_of(TINY), quiet).access_logged
     assert limits_of(TINY).access_logged
+
+
+# --- buckets against each row's bounds (the second attacker round) -------------------------------
+
+TTFT_BUCKET = "vllm:time_to_first_token_seconds_bucket"
+INSIDE = "one observation a row, inside the client's times"
+
+
+def test_a_first_token_later_than_every_client_saw_one_is_refused() -> None:
+    """One request moved from the 10 ms bucket into (40, 60] ms, the sum kept inside every
+    bound it is checked against: every row's client saw its first token within 24 ms."""
+
+    def moved(metrics: str) -> str:
+        for bound, count in (("0.01", 3.0), ("0.02", 3.0), ("0.04", 4.0)):
+            metrics = sample(TTFT_BUCKET, count, le=bound)(metrics)
+        return sample(TTFT_SUM, 0.09)(metrics)
+
+    assert tiny_metrics(after=moved) == (
+        f'{PAIR}: {TTFT_BUCKET}{{le="0.02"}}: expected a rise between 4 and 5 ({INSIDE}: 4 rows '
+        "whose ttft_s plus 0.01 s is at most 0.02 s), found 3",
+        f'{PAIR}: {TTFT_BUCKET}{{le="0.04"}}: expected a rise of 5 ({INSIDE}: 5 rows whose '
+        "ttft_s plus 0.01 s is at most 0.04 s), found 4",
+    )
+
+
+def test_an_end_to_end_latency_longer_than_every_row_took_is_refused() -> None:
+    """One request's end-to-end latency moved into (0.3, 0.5] s: every row's last token came
+    within 0.1 s of its request."""
+    after = sample("vllm:e2e_request_latency_seconds_bucket", 4.0, le="0.3")
+    assert tiny_metrics(after=after) == (
+        f'{PAIR}: vllm:e2e_request_latency_seconds_bucket{{le="0.3"}}: expected a rise of 5 '
+        f"({INSIDE}: 5 rows whose last token's offset plus 0.01 s is at most 0.3 s, 5 whose "
+        "first to last token less 0.01 s is), found 4",
+    )
+
+
+def test_prefill_kv_tokens_other_than_each_rows_prompt_less_its_cache_are_refused() -> None:
+    """Two prompts of at most 50 computed tokens where the rows (cached 0) have three: 26, 27
+    and 41 tokens. vLLM 0.32 observes `num_prompt_tokens - max(num_cached_tokens, 0)`."""
+    after = sample("vllm:request_prefill_kv_computed_tokens_bucket", 2.0, le="50.0")
+    assert tiny_metrics(after=after) == (
+        f'{PAIR}: vllm:request_prefill_kv_computed_tokens_bucket{{le="50.0"}}: expected a rise '
+        "of 3 (the rows at most 50.0: each row's prompt_tokens less its cached_tokens), found 2",
+    )
+
+
+# --- the API server's HTTP instrumentation -------------------------------------------------------
+
+CHAT = 'handler="/v1/chat/completions"'
+HIGHR = "http_request_duration_highr_seconds"
+SAME_DURATIONS = (
+    "the requests http_request_duration_seconds counts within the same bound: both observe "
+    "every request's one duration"
+)
+
+
+def test_suite_requests_the_server_timed_longer_than_the_client_waited_are_refused() -> None:
+    """Every POST over 1 s (6 s in all) where each row streamed within 0.1 s and the unlabelled
+    histogram, the same durations, holds every request within 0.1 s."""
+
+    def slow(metrics: str) -> str:
+        for bound in ("0.1", "0.5", "1.0"):
+            metrics = sample(
+                "http_request_duration_seconds_bucket",
+                0.0,
+                le=bound,
+                handler="/v1/chat/completions",
+            )(metrics)
+        return sample("http_request_duration_seconds_sum", 6.0, handler="/v1/chat/completions")(
+            metrics
+        )
+
+    found = tiny_metrics(after=slow)
+    assert {
+        *(
+            f'{PAIR} (after): {HIGHR}_bucket{{le="{bound}"}}: expected 1 ({SAME_DURATIONS}), '
+            "found 6"
+            for bound in ("0.1", "0.5", "1.0")
+        ),
+        f"{PAIR} (after): {HIGHR}_sum: expected 6.000851396000144 (the sum of "
+        "http_request_duration_seconds_sum over its handlers: the same durations), found "
+        "0.4285929079997004",
+        f'{PAIR}: http_request_duration_seconds_sum{{{CHAT},method="POST"}}: expected a rise '
+        "between 0.318 and 0.478 s (the rows' first to last token less, and their last token's "
+        "offset plus, 0.05 s of clock slack), found 6",
+        f'{PAIR}: http_request_duration_seconds_bucket{{{CHAT},le="0.5",method="POST"}}: '
+        f"expected a rise of 5 ({INSIDE}: 5 rows whose last token's offset plus 0.01 s is at "
+        "most 0.5 s, 5 whose first to last token less 0.01 s is), found 0",
+    } <= set(found), found
+
+
+def test_request_sizes_observed_for_requests_never_counted_are_refused() -> None:
+    def sized(metrics: str) -> str:
+        for name in ("http_request_size_bytes_count", "http_response_size_bytes_count"):
+            metrics = sample(name, 9.0, handler="/v1/chat/completions")(metrics)
+        return metrics
+
+    counts = "the requests http_requests_total counts for the handler"
+    assert tiny_metrics(after=sized) == tuple(
+        f"{PAIR} (after): {name}_count{{{CHAT}}}: expected 5 ({counts}: the instrumentator "
+        "observes each one it counts), found 9"
+        for name in ("http_request_size_bytes", "http_response_size_bytes")
+    )
+
+
+def test_more_requests_timed_than_counted_are_refused() -> None:
+    """The unlabelled histogram (every request) given 14 more: the handlers counted 6."""
+
+    def more(metrics: str) -> str:
+        metrics = re.sub(
+            rf'^({HIGHR}_bucket\{{le="[^"]+"\}}) (\S+)$',
+            lambda m: f"{m[1]} {float(m[2]) + 14.0}",
+            metrics,
+            flags=re.MULTILINE,
+        )
+        return sample(f"{HIGHR}_count", 20.0)(metrics)
+
+    assert tiny_metrics(after=more) == (
+        f"{PAIR} (after): {HIGHR}_count: expected 6 (every request http_requests_total counts), "
+        "found 20",
+        *(
+            f'{PAIR} (after): {HIGHR}_bucket{{le="{bound}"}}: expected 6 ({SAME_DURATIONS}), '
+            "found 20"
+            for bound in ("0.1", "0.5", "1.0", "+Inf")
+        ),
+    )
+
+
+def test_laguna_requests_timed_shorter_than_their_streams_are_refused() -> None:
+    """All 13 requests within 0.01 s in the unlabelled histogram (sum 0.1 s) while each row
+    streamed 6 to 25 s: the labelled histogram, the same durations, and the rows both refuse."""
+
+    def quick(metrics: str) -> str:
+        metrics = re.sub(
+            rf'^({HIGHR}_bucket\{{le="[^"]+"\}}) \S+$', r"\1 13.0", metrics, flags=re.MULTILINE
+        )
+        return sample(f"{HIGHR}_sum", 0.1)(metrics)
+
+    found = laguna_metrics(quick)
+    assert {
+        f'{LAGUNA_PAIR} (after): {HIGHR}_bucket{{le="0.1"}}: expected 0 ({SAME_DURATIONS}), '
+        "found 13",
+        f"{LAGUNA_PAIR} (after): {HIGHR}_sum: expected 142.8821989370008 (the sum of "
+        "http_request_duration_seconds_sum over its handlers: the same durations), found 0.1",
+        f'{LAGUNA_PAIR}: {HIGHR}_bucket{{le="0.01"}}: expected a rise of 0 ({INSIDE}: 0 rows '
+        "whose last token's offset plus 0.01 s is at most 0.01 s, 0 whose first to last token "
+        "less 0.01 s is), found 13",
+    } <= set(found), found
+
+
+def test_laguna_request_sizes_of_uncounted_requests_are_refused() -> None:
+    def sized(metrics: str) -> str:
+        for name in ("http_request_size_bytes_count", "http_response_size_bytes_count"):
+            metrics = sample(name, 20.0, handler="/v1/chat/completions")(metrics)
+        return metrics
+
+    assert laguna_metrics(sized)[:1] == (
+        f"{LAGUNA_PAIR} (after): http_request_size_bytes_count{{{CHAT}}}: expected 13 (the "
+        "requests http_requests_total counts for the handler: the instrumentator observes each "
+        "one it counts), found 20",
+    )
+
+
+# --- gauges and information of one process ------------------------------------------------------
+
+PREFIX_ON = replaced('enable_prefix_caching="False"', 'enable_prefix_caching="True"')
+SAME_INFORMATION = "expected the same information in both reads of one server process"
+
+
+def test_a_cache_config_other_before_the_suite_than_after_is_refused() -> None:
+    assert tiny_metrics(before=PREFIX_ON) == (
+        f"{PAIR}: vllm:cache_config_info: {SAME_INFORMATION}, found enable_prefix_caching='True' "
+        "before, 'False' after",
+    )
+
+
+def test_requests_running_before_the_suite_are_refused() -> None:
+    """Three running when the suite began, none answered before, none aborted, none left."""
+    assert tiny_metrics(before=sample("vllm:num_requests_running", 3.0)) == (
+        f'{PAIR}: vllm:num_requests_running{{engine="0",model_name="tiny"}}: expected no request '
+        "running or waiting when the suite began (its client had sent nothing to the fresh "
+        "server), found 3",
+    )
+
+
+def test_the_laguna_before_read_is_judged_as_the_after_read() -> None:
+    before = replaced('enable_prefix_caching="False"', 'enable_prefix_caching="True"')
+    running = sample("vllm:num_requests_running", 2.0)
+    found = metrics_problems(
+        laguna_rows(),
+        running(before(text(LAGUNA, LAGUNA_BEFORE))),
+        text(LAGUNA, LAGUNA_AFTER),
+        limits=limits_of(LAGUNA),
+        sources=(LAGUNA_BEFORE, LAGUNA_AFTER),
+    ).problems
+    assert found == (
+        f"{LAGUNA_PAIR}: vllm:cache_config_info: {SAME_INFORMATION}, found "
+        "enable_prefix_caching='True' before, 'False' after",
+        f'{LAGUNA_PAIR}: vllm:num_requests_running{{engine="0",model_name="laguna-s-2.1-int4"}}: '
+        "expected no request running or waiting when the suite began (its client had sent "
+        "nothing to the fresh server), found 2",
+    )
+
+
+def _second_engine(metrics: str) -> str:
+    lines = []
+    for line in metrics.splitlines(keepends=True):
+        lines.append(line)
+        if line.startswith(("vllm:num_requests_running{", "vllm:cache_config_info{")):
+            lines.append(line.replace('engine="0"', 'engine="1"'))
+    return "".join(lines)
+
+
+def test_a_second_engine_without_data_parallelism_is_refused() -> None:
+    assert tiny_metrics(before=_second_engine, after=_second_engine) == (
+        f"{PAIR}: engine: expected the samples of at most 1 engine(s) (the argv's "
+        "--data-parallel-size, 1 when not given), found engines ['0', '1']",
+    )
+    parallel = [*locked_argv(TINY), "--data-parallel-size", "2"]
+    assert Limits.of(suite_of(TINY), parallel).data_parallel == 2
+    served = Limits.of(suite_of(TINY), parallel)
+    assert tiny_metrics(before=_second_engine, after=_second_engine, served=served) == ()
+
+
+def test_a_kv_cache_other_than_the_log_and_the_environment_state_is_refused() -> None:
+    """64 GiB and 33.5 M tokens where `VLLM_CPU_KVCACHE_SPACE=1` (run.json) and the log says
+    524,288 tokens, 256.00x concurrency."""
+
+    def bigger(metrics: str) -> str:
+        for old, new in (
+            ('kv_cache_memory_bytes="1073741824"', 'kv_cache_memory_bytes="68719476736"'),
+            ('kv_cache_size_tokens="524288"', 'kv_cache_size_tokens="33554432"'),
+            ('num_gpu_blocks="4096"', 'num_gpu_blocks="262144"'),
+            ('kv_cache_max_concurrency="256.0"', 'kv_cache_max_concurrency="16384.0"'),
+        ):
+            metrics = replaced(old, new)(metrics)
+        return metrics
+
+    config = 'vllm:cache_config_info{engine="0"}'
+    assert tiny_read(before=bigger, after=bigger, facts=facts_of(TINY)) == (
+        f"{PAIR}: {config} kv_cache_size_tokens: expected 524288 (the KV cache size {LOG} "
+        "states), found 33554432",
+        f"{PAIR}: {config} kv_cache_max_concurrency: expected 256.00 (the maximum concurrency "
+        f"{LOG} states), found 16384.0",
+        f"{PAIR}: {config} kv_cache_memory_bytes: expected 1073741824 (VLLM_CPU_KVCACHE_SPACE=1 "
+        "GiB in evidence/run.json env, the CPU platform's KV cache), found 68719476736",
+    )
+
+
+@pytest.mark.parametrize("bundle", [TINY, LAGUNA], ids=["tiny", "laguna"])
+def test_python_info_of_another_interpreter_is_refused(bundle: Path) -> None:
+    """CPython 3.12.1 (tiny) or 3.11.9 (Laguna) in both reads, where the observations (the
+    runtime lock) state 3.11.7 (3.12.13)."""
+    if bundle == TINY:
+        old, new = (
+            'minor="11",patchlevel="7",version="3.11.7"',
+            'minor="12",patchlevel="1",version="3.12.1"',
+        )
+        found = tiny_read(before=replaced(old, new), after=replaced(old, new), facts=facts_of(TINY))
+        pair, stated, where = PAIR, "3.11.7", "evidence/observations.json python.version"
+        shown = "3.12.1"
+    else:
+        old, new = (
+            'minor="12",patchlevel="13",version="3.12.13"',
+            'minor="11",patchlevel="9",version="3.11.9"',
+        )
+        found = metrics_problems(
+            laguna_rows(),
+            replaced(old, new)(text(LAGUNA, LAGUNA_BEFORE)),
+            replaced(old, new)(text(LAGUNA, LAGUNA_AFTER)),
+            limits=limits_of(LAGUNA),
+            sources=(LAGUNA_BEFORE, LAGUNA_AFTER),
+            facts=laguna_facts(),
+        ).problems
+        pair, stated, where = LAGUNA_PAIR, "3.12.13", "the runtime lock's toolchain.python"
+        shown = "3.11.9"
+    assert found == tuple(
+        f"{pair} ({which}): python_info version: expected {stated!r} (the interpreter {where} "
+        f"states), found {shown!r}"
+        for which in ("before", "after")
+    )
+
+
+def test_python_info_whose_parts_are_not_its_version_is_refused() -> None:
+    parts = replaced('patchlevel="7",version="3.11.7"', 'patchlevel="9",version="3.11.7"')
+    assert tiny_metrics(after=parts) == (
+        f"{PAIR}: python_info: {SAME_INFORMATION}, found patchlevel='7' before, '9' after",
+        f"{PAIR} (after): python_info: expected major.minor.patchlevel '3.11.9' to be its "
+        "version, found '3.11.7'",
+    )
+
+
+# --- the reads' times against what other files state ----------------------------------------------
+
+
+def test_a_suite_request_counted_before_the_server_was_ready_is_refused() -> None:
+    """The suite's handler first counted 2 s after the server was spawned, 29 s before
+    server.json says it answered its readiness probe."""
+    started = json.loads((TINY / "evidence/start-1/server.json").read_text())["started_at"]
+
+    def early(metrics: str) -> str:
+        for name in (
+            "http_requests_created",
+            "http_request_size_bytes_created",
+            "http_response_size_bytes_created",
+            "http_request_duration_seconds_created",
+        ):
+            metrics = sample(name, started + 2.0, handler="/v1/chat/completions")(metrics)
+        return metrics
+
+    assert tiny_read(after=early, facts=facts_of(TINY)) == (
+        f'{PAIR} (after): http_request_duration_seconds_created{{{CHAT},method="POST"}}: '
+        "expected a time no earlier than evidence/start-1/server.json ready_at "
+        "(1796520498.1284993): the suite's first request came after it, found 1796520469.035204 "
+        "(and 3 more)",
+    )
+
+
+def test_vllm_counters_created_before_their_engine_core_started_are_refused() -> None:
+    started = json.loads((TINY / "evidence/start-1/server.json").read_text())["started_at"]
+
+    def early(metrics: str) -> str:
+        return re.sub(
+            r"^(vllm:\S+_created(?:\{[^}]*\})?) \S+$",
+            lambda m: f"{m[1]} {started + 1.0!r}",
+            metrics,
+            flags=re.MULTILINE,
+        )
+
+    assert tiny_read(before=early, after=early, facts=facts_of(TINY)) == tuple(
+        f'{PAIR} ({which}): vllm:admission_rejections_created{{model_name="tiny",'
+        'reason="max_num_queued_reqs"}: expected a time no earlier than the engine core\'s '
+        "started_at in evidence/start-1/audit (1796520482.38; 1 s of slack): vLLM creates its "
+        "counters once its engine answered, found 1796520468.035204 (and 43 more)"
+        for which in ("before", "after")
+    )
+
+
+def _laguna_read(before: str, after: str, facts: ServerFacts) -> tuple[str, ...]:
+    return metrics_problems(
+        laguna_rows(),
+        before,
+        after,
+        limits=limits_of(LAGUNA),
+        sources=(LAGUNA_BEFORE, LAGUNA_AFTER),
+        facts=facts,
+    ).problems
+
+
+def test_laguna_counters_a_day_after_the_requests_they_counted_are_refused() -> None:
+    """The bench's requests a day earlier (its first request's start stated a day earlier):
+    vLLM's counters, created once its engine answered, would postdate the server's answers."""
+    facts = laguna_facts()
+    assert facts.answering is not None
+    at = facts.answering[0] - 86400
+    earlier = dataclasses.replace(facts, answering=(at, facts.answering[1]))
+    found = _laguna_read(text(LAGUNA, LAGUNA_BEFORE), text(LAGUNA, LAGUNA_AFTER), earlier)
+    assert found == tuple(
+        f'{LAGUNA_PAIR} ({which}): vllm:request_prefill_kv_computed_tokens_created{{engine="0",'
+        'model_name="laguna-s-2.1-int4"}: expected a time no later than run/bench.json rows[0] '
+        f"request_started_epoch_s ({at!r}): the server answered by then, its engine up, found "
+        "1785102446.0922503 (and 50 more)"
+        for which in ("before", "after")
+    )
+
+
+def test_laguna_counters_a_month_before_the_run_are_refused() -> None:
+    """The process start and every counter's creation 30 days earlier: before the idle
+    snapshots that saw no process holding a card, before the first request was sent."""
+
+    def earlier(metrics: str) -> str:
+        return re.sub(
+            r"^((?:vllm:\S+|http_\S+)_created(?:\{[^}]*\})?|process_start_time_seconds) (\S+)$",
+            lambda m: f"{m[1]} {float(m[2]) - 30 * 86400!r}",
+            metrics,
+            flags=re.MULTILINE,
+        )
+
+    before, after = earlier(text(LAGUNA, LAGUNA_BEFORE)), earlier(text(LAGUNA, LAGUNA_AFTER))
+    snapshot = (
+        "run/idle-interval/prestart-12.json observed_utc (the last idle snapshot before) "
+        "(1785102297.0558; 1 s of slack)"
+    )
+    drafts = 'vllm:spec_decode_num_drafts_created{engine="0",model_name="laguna-s-2.1-int4"}'
+    assert _laguna_read(before, after, laguna_facts()) == (
+        f"{LAGUNA_PAIR} (before): {drafts}: expected a time no earlier than {snapshot}: vLLM "
+        "creates its counters once its engine answered, found 1782510446.030879 (and 49 more)",
+        f'{LAGUNA_PAIR} (after): http_requests_created{{{CHAT},method="POST",status="2xx"}}: '
+        "expected a time no earlier than run/bench.json rows[0] request_started_epoch_s "
+        "(1785102457.6666265): the suite's first request came after it, found "
+        "1782510483.1337218 (and 3 more)",
+        f"{LAGUNA_PAIR} (after): {drafts}: expected a time no earlier than {snapshot}: vLLM "
+        "creates its counters once its engine answered, found 1782510446.030879 (and 49 more)",
+    )
+
+
+# --- the access log while serving ---------------------------------------------------------------
+
+FIRST_POST = '"POST /v1/chat/completions HTTP/1.1" 200 OK'
+
+
+def after_first_post(line: str) -> Callable[[str], str]:
+    def change(log: str) -> str:
+        at = log.index("\n", log.index(FIRST_POST)) + 1
+        return log[:at] + line + "\n" + log[at:]
+
+    return change
+
+
+def test_a_post_to_another_route_while_serving_is_refused() -> None:
+    lora = 'INFO:     127.0.0.1:54025 - "POST /v1/load_lora_adapter HTTP/1.1" 200 OK'
+    assert tiny_read(log=after_first_post(lora), facts=facts_of(TINY)) == (
+        f"{LOG}:110: access line: expected only the suite's POSTs to /v1/chat/completions (its "
+        "client posts nothing else), found POST /v1/load_lora_adapter answered 200",
+    )
+
+
+def test_the_read_after_the_suite_logged_before_its_posts_is_refused() -> None:
+    def moved(log: str) -> str:
+        lines = log.splitlines(keepends=True)
+        last = lines.pop(max(i for i, line in enumerate(lines) if '"GET /metrics' in line))
+        first = next(i for i, line in enumerate(lines) if FIRST_POST in line)
+        return "".join([*lines[:first], last, *lines[first:]])
+
+    assert tiny_read(log=moved, facts=facts_of(TINY)) == (
+        f"{LOG}: the read after the suite GET /metrics: expected its access line answered 2xx "
+        "after the suite's last POST /v1/chat/completions (line 114), found none",
+    )
+
+
+def test_a_log_without_the_metrics_reads_is_refused() -> None:
+    def unread(log: str) -> str:
+        return "".join(line for line in log.splitlines(keepends=True) if "GET /metrics" not in line)
+
+    assert tiny_read(log=unread, facts=facts_of(TINY)) == (
+        f"{LOG}: the read before the suite GET /metrics: expected its access line answered 2xx "
+        "before the suite's first POST /v1/chat/completions (line 108), found none",
+        f"{LOG}: the read after the suite GET /metrics: expected its access line answered 2xx "
+        "after the suite's last POST /v1/chat/completions (line 112), found none",
+    )
+    quiet = dataclasses.replace(limits_of(TINY), unlogged_paths=frozenset({"/metrics"}))
+    served, teardown = served_log(TINY)
+    assert (
+        metrics_problems(
+            parsed(document(TINY)),
+            text(TINY, BEFORE),
+            text(TINY, AFTER),
+            limits=quiet,
+            sources=(BEFORE, AFTER),
+            read_by=teardown["began_at"],
+            served_log=unread(served),
+            facts=facts_of(TINY),
+        )
+        == Findings()
+    )
+
+
+def test_a_readiness_probe_never_answered_2xx_is_refused() -> None:
+    unready = replaced(
+        '"GET /health HTTP/1.1" 200 OK', '"GET /health HTTP/1.1" 503 Service Unavailable'
+    )
+    assert tiny_read(log=unready, facts=facts_of(TINY)) == (
+        f"{LOG}: the readiness probe GET /health: expected its access line answered 2xx before "
+        "the suite's first POST /v1/chat/completions (line 109), found none",
+    )
+
+
+def test_the_laguna_access_log_is_judged_as_a_built_bundles() -> None:
+    lora = (
+        '(APIServer pid=162700) INFO:     127.0.0.1:39515 - "POST /v1/load_lora_adapter '
+        'HTTP/1.1" 200 OK'
+    )
+
+    def judged(log: str) -> tuple[str, ...]:
+        return metrics_problems(
+            laguna_rows(),
+            text(LAGUNA, LAGUNA_BEFORE),
+            text(LAGUNA, LAGUNA_AFTER),
+            limits=limits_of(LAGUNA),
+            sources=(LAGUNA_BEFORE, LAGUNA_AFTER),
+            served_log=log,
+            log_source=LAGUNA_LOG,
+            facts=laguna_facts(),
+        ).problems
+
+    log = text(LAGUNA, LAGUNA_LOG)
+    assert judged(after_first_post(lora)(log)) == (
+        f"{LAGUNA_LOG}:228: access line: expected only the suite's POSTs to "
+        "/v1/chat/completions (its client posts nothing else), found POST "
+        "/v1/load_lora_adapter answered 200",
+    )
+    unread = "".join(line for line in log.splitlines(keepends=True) if "GET /metrics" not in line)
+    assert len(judged(unread)) == 2

@@ -650,6 +650,17 @@ def _log_said(start: int, old: str, new: str, *, rank: str = "") -> Edit:
     return edit
 
 
+def _reads(start: int, change: Callable[[str], str]) -> Edit:
+    """Both `/metrics` reads of `start` changed alike."""
+
+    def edit(root: Path) -> None:
+        for name in ("metrics-before.prom", "metrics-after.prom"):
+            path = root / "evidence" / f"start-{start}" / name
+            path.write_text(change(path.read_text()))
+
+    return edit
+
+
 def _line_added(start: int, marker: str, change: Callable[[str], str], *, rank: str = "") -> Edit:
     """After the first line of the start's (rank's) log holding `marker`, a line: that one as
     `change` writes it."""
@@ -658,6 +669,40 @@ def _line_added(start: int, marker: str, change: Callable[[str], str], *, rank: 
         log = (root / "evidence" / f"start-{start}" / rank / "server.log").read_text()
         line = next(line for line in log.splitlines() if marker in line)
         _log_said(start, line + "\n", f"{line}\n{change(line)}\n", rank=rank)(root)
+
+    return edit
+
+
+def _chat_counted_early(root: Path) -> None:
+    """The suite's handler first counted 2 s after the server was spawned, long before ready."""
+    spawned = json.loads((root / "evidence/start-1/server.json").read_text())["started_at"]
+    created = r'^(http_\S+_created\{handler="/v1/chat/completions"[^}]*\}) \S+$'
+    _after_read(1, lambda t: re.sub(created, lambda m: f"{m[1]} {spawned + 2.0!r}", t, flags=re.M))(
+        root
+    )
+
+
+def _vllm_created_at_spawn(root: Path) -> None:
+    """Every vLLM counter created 1 s after the API server was spawned, before its engine core
+    (started 15 s later, the sealed audit says) existed."""
+    spawned = json.loads((root / "evidence/start-1/server.json").read_text())["started_at"]
+    created = r"^(vllm:\S+_created(?:\{[^}]*\})?) \S+$"
+    _reads(1, lambda t: re.sub(created, lambda m: f"{m[1]} {spawned + 1.0!r}", t, flags=re.M))(root)
+
+
+def _log_replaced(start: int, old: bytes, new: bytes) -> Edit:
+    """`old` replaced by `new` in what start `start`'s server logged while it served (teardown's
+    log_bytes moved by the difference)."""
+
+    def edit(root: Path) -> None:
+        path = root / "evidence" / f"start-{start}" / "server.log"
+        data = path.read_bytes()
+        assert data.count(old) == 1, old
+        path.write_bytes(data.replace(old, new))
+        _json(
+            f"evidence/start-{start}/teardown.json",
+            lambda d: d.update(log_bytes=d["log_bytes"] + len(new) - len(old)),
+        )(root)
 
     return edit
 
@@ -705,6 +750,13 @@ def _uvicorn_naming_the_worker(root: Path) -> None:
 def _the_same_ids_for_two_prompts(rows: list[dict[str, Any]]) -> None:
     rows[1]["token_ids"] = list(rows[0]["token_ids"])
 
+
+OTHER_PYTHON = (
+    'minor="11",patchlevel="7",version="3.11.7"',
+    'minor="12",patchlevel="1",version="3.12.1"',
+)
+BIGGER_KV_CACHE = ('kv_cache_memory_bytes="1073741824"', 'kv_cache_memory_bytes="68719476736"')
+ERROR_AT = "(APIServer pid=11746) ERROR 12-06 01:27:58 [serving_chat.py:1301] "
 
 START_LIES: dict[str, tuple[Edit, str, str]] = {
     "start 2 a byte copy of start 1": (_copy_start, "fresh starts", "start-2"),
@@ -976,6 +1028,79 @@ START_LIES: dict[str, tuple[Edit, str, str]] = {
         _json("evidence/start-1/rows.json", _the_same_ids_for_two_prompts),
         "every start's rows",
         "row greeting's for the same token ids",
+    ),
+    "a suite request counted before the server was ready": (
+        _chat_counted_early,
+        "start-1 rows",
+        "expected a time no earlier than evidence/start-1/server.json ready_at (1796520498.1284993)"
+        ": the suite's first request came after it",
+    ),
+    "vLLM's counters created before its engine core started": (
+        _vllm_created_at_spawn,
+        "start-1 rows",
+        "expected a time no earlier than the engine core's started_at in evidence/start-1/audit "
+        "(1796520482.38; 1 s of slack)",
+    ),
+    "python_info of another interpreter than the observations state": (
+        _reads(2, lambda t: t.replace(*OTHER_PYTHON)),
+        "start-2 rows",
+        "python_info version: expected '3.11.7' (the interpreter evidence/observations.json "
+        "python.version states), found '3.12.1'",
+    ),
+    "a KV cache of other bytes than VLLM_CPU_KVCACHE_SPACE gives": (
+        _reads(1, lambda t: t.replace(*BIGGER_KV_CACHE)),
+        "start-1 rows",
+        'vllm:cache_config_info{engine="0"} kv_cache_memory_bytes: expected 1073741824 '
+        "(VLLM_CPU_KVCACHE_SPACE=1 GiB in evidence/run.json env, the CPU platform's KV cache), "
+        "found 68719476736",
+    ),
+    "a readiness probe answered 503 only": (
+        _log_replaced(
+            1, b'"GET /health HTTP/1.1" 200 OK', b'"GET /health HTTP/1.1" 503 Service Unavailable'
+        ),
+        "start-1 rows",
+        "evidence/start-1/server.log: the readiness probe GET /health: expected its access line "
+        "answered 2xx before the suite's first POST",
+    ),
+    "a POST to a route the suite never posts to": (
+        _while_serving(
+            2, 'INFO:     127.0.0.1:54025 - "POST /v1/load_lora_adapter HTTP/1.1" 200 OK'
+        ),
+        "start-2 rows",
+        "evidence/start-2/server.log:109: access line: expected only the suite's POSTs to "
+        "/v1/chat/completions (its client posts nothing else), found POST /v1/load_lora_adapter",
+    ),
+    "a stream that failed while serving": (
+        _while_serving(1, ERROR_AT + "Error in chat completion stream generator."),
+        "gates",
+        "server_log:start-1: 1 crash line(s) while serving; first: line 109 'Error in chat "
+        "completion stream generator'",
+    ),
+    "the output handler failing while serving": (
+        _while_serving(2, ERROR_AT + "AsyncLLM output_handler failed."),
+        "gates",
+        "server_log:start-2: 1 crash line(s) while serving; first: line 109 'output_handler "
+        "failed'",
+    ),
+    "an exception escaping the application while serving": (
+        _while_serving(1, "ERROR:    Exception in ASGI application"),
+        "gates",
+        "server_log:start-1: 1 crash line(s) while serving; first: line 109 'Exception in ASGI "
+        "application'",
+    ),
+    "a bare exception line while serving": (
+        _while_serving(
+            1,
+            "(Worker pid=11776) ERROR 12-06 01:27:58 [cpu_model_runner.py:1] RuntimeError: "
+            "Expected all tensors to be on the same device",
+        ),
+        "gates",
+        "server_log:start-1: 1 crash line(s) while serving; first: line 109 'RuntimeError'",
+    ),
+    "the shell reporting a process killed while serving": (
+        _while_serving(2, "Killed"),
+        "gates",
+        "server_log:start-2: 1 crash line(s) while serving; first: line 109 'Killed'",
     ),
 }
 
