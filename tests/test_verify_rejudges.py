@@ -1276,18 +1276,9 @@ def _one_kernel(root: Path) -> None:
     )(root)
 
 
-def _rank0_pids(root: Path) -> dict[str, int]:
-    found = {}
-    for path in (root / "evidence/start-1/audit").glob("*.json"):
-        if path.name != "drifts.json":
-            for process in json.loads(path.read_text())["processes"]:
-                found[process["role"]] = process["pid"]
-    return found
-
-
 def _same_pid_on_one_kernel(root: Path) -> None:
     _one_kernel(root)
-    pid = _rank0_pids(root)["worker"]
+    pid = _pids(root, 1)["worker"]
     old = json.loads((root / "evidence/start-1/rank-1/audit/worker.json").read_text())
     before = old["processes"][0]["pid"]
     _rank1("worker", lambda d: d["processes"][0].__setitem__("pid", pid))(root)
@@ -1299,7 +1290,7 @@ def _same_pid_on_one_kernel(root: Path) -> None:
 
 def _child_of_rank0_on_one_kernel(root: Path) -> None:
     _one_kernel(root)
-    parent = _rank0_pids(root)["api_server"]
+    parent = _pids(root, 1)["api_server"]
     _rank1("headless", lambda d: d["processes"][0].__setitem__("ppid", parent))(root)
 
 
