@@ -692,6 +692,7 @@ def statements(
                 *(() if log.passed else (f"run/{SERVER_LOG}: {log.summary}",)),
                 *logged_argument_problems(record.server_log, argv, f"run/{SERVER_LOG}"),
                 *logged_version_problems(record.server_log, f"run/{SERVER_LOG}", None),
+                *recordfiles.log_dated_problems(run.get(SERVER_LOG, b""), run, f"run/{SERVER_LOG}"),
             ),
         ),
         Statement(

@@ -67,6 +67,7 @@ from typing import Final
 from packaging.utils import canonicalize_name
 from pydantic import BaseModel, ConfigDict, ValidationError
 
+from repro_serving.builder.freshstarts import log_time_problems
 from repro_serving.builder.hashing import sha256_bytes
 from repro_serving.builder.manifest import Manifest, Suite, expand
 from repro_serving.builder.native.rules import AuditPolicy, env_drifts
@@ -362,6 +363,25 @@ def idle_problems(
             summary.decode(errors="replace"), observed, verified_interval_s
         )
     return problems
+
+
+def log_dated_problems(log: bytes, files: Mapping[str, bytes], where: str) -> list[str]:
+    """The server's log written between the first idle snapshot before the run and the last one
+    after it: every line it dates, in one time zone (`freshstarts.log_time_problems`), within
+    that window (a snapshot's time is the host's clock; the server's first lines may come a
+    little before the last snapshot before the run, which saw no card held yet)."""
+    times = []
+    for name in (PRE_IDLE, *POST_IDLE, *(n for n in files if SNAPSHOT.fullmatch(n))):
+        try:
+            stated = json.loads(files[name]).get("observed_utc") if name in files else None
+        except (ValueError, AttributeError):
+            stated = None
+        seconds = utc_seconds(stated) if isinstance(stated, str) else None
+        if seconds is not None:
+            times.append(seconds)
+    if not times:
+        return []
+    return log_time_problems(log, min(times) - CLOCK_SLACK_S, max(times) + CLOCK_SLACK_S, where)
 
 
 CLOCK_SLACK_S: Final = 1.0

@@ -265,7 +265,18 @@ OTHER_PYTHON = (
 )
 LAST_POST = r"^(.*127\.0\.0\.1:49022 - \"POST /v1/chat/completions HTTP/1\.1\" 200 OK)$"
 
+
+def _dated_days_earlier(text: str) -> str:
+    """Every line vLLM dated moved five days before the run (07-26 to 07-21)."""
+    dated = r"((?:^|\) )(?:DEBUG|INFO|WARNING|ERROR|CRITICAL) )07-26 "
+    return re.sub(dated, r"\g<1>07-21 ", text, flags=re.M)
+
+
 FORGERIES: dict[str, tuple[Edit, set[str]]] = {
+    "the server's log dated five days before the run": (
+        _run("server.log", _dated_days_earlier),
+        {LOG},
+    ),
     "status.txt says the run failed": (_run("status.txt", lambda _: "status=FAIL\n"), {FILES}),
     "a failure after the idle check": (
         _json("failure-post-idle.json", _set("status", "failed")),

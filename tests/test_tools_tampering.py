@@ -814,6 +814,17 @@ def _hidden_between(data: bytes) -> bytes:
     return bytes(out)
 
 
+def _extra_field(data: bytes) -> bytes:
+    """One member written with an extra field of bytes nothing reads."""
+    out = io.BytesIO()
+    with zipfile.ZipFile(io.BytesIO(data)) as source, zipfile.ZipFile(out, "w") as archive:
+        for number, info in enumerate(source.infolist()):
+            if number == 1:
+                info.extra = b"\xfe\xca\x04\x00evil"
+            archive.writestr(info, source.read(info))
+    return out.getvalue()
+
+
 def _commented(data: bytes) -> bytes:
     out = io.BytesIO(data)
     with zipfile.ZipFile(out, "a") as archive:
@@ -833,6 +844,7 @@ ARCHIVES = {
     "bytes prepended": (_whole(lambda d: b"#!/bin/sh\n" + d), "local header at byte 10"),
     "bytes between two members": (_whole(_hidden_between), "nothing between members"),
     "a comment": (_whole(_commented), "with no comment"),
+    "an extra field in a member": (_whole(_extra_field), "an extra field of 8 bytes"),
 }
 
 

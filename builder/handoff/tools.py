@@ -308,6 +308,11 @@ def layout_problem(data: bytes, infos: tuple[zipfile.ZipInfo, ...]) -> str | Non
         if len(header) < _LOCAL.size or header[:4] != b"PK\x03\x04":
             return f"{info.orig_filename!r}: no local header at byte {at}"
         *_, name_length, extra_length = _LOCAL.unpack(header)
+        if extra_length or info.extra:
+            return (
+                f"{info.orig_filename!r}: an extra field of {extra_length or len(info.extra)} "
+                "bytes (expected none: repro's wheels carry none, and nothing reads its bytes)"
+            )
         at += _LOCAL.size + name_length + extra_length + info.compress_size
         if info.flag_bits & 0x8:  # a data descriptor follows: CRC-32 and sizes, maybe signed
             at += 16 if data[at : at + 4] == _DESCRIPTOR_SIGNATURE else 12
