@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import shutil
 import subprocess
 from collections.abc import Callable, Iterator
@@ -98,11 +99,21 @@ def _one_token(rows: object) -> object:
 
 
 def _drop_vllm_c(document: object) -> object:
-    """vLLM's kernel library, whichever variant this host's CPU selected, no longer mapped."""
+    """vLLM's kernel library, whichever variant this host's CPU selected, no longer mapped, nor
+    what the loader mapped for it alone (a coherent audit of a process that never loaded it)."""
     assert isinstance(document, dict)
     for process in document["processes"]:
-        process["objects"] = [o for o in process["objects"] if "/vllm/_C" not in o["path"]]
+        dropped = {o["path"] for o in process["objects"] if "/vllm/_C" in o["path"]}
+        kept = [o for o in process["objects"] if o["path"] not in dropped]
+        while orphans := [o for o in kept if o["requester"] and _requested_by(o, dropped)]:
+            dropped |= {o["path"] for o in orphans}
+            kept = [o for o in kept if o["path"] not in dropped]
+        process["objects"] = kept
     return document
+
+
+def _requested_by(obj: dict[str, Any], paths: set[str]) -> bool:
+    return os.path.normpath(obj["requester"]) in paths
 
 
 def _failed_gate(verdicts: object) -> object:
