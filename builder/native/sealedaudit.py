@@ -22,6 +22,7 @@ import posixpath
 import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from typing import Final
 
 from repro_serving.builder.drift import Drift, DriftKind
 from repro_serving.builder.manifest import Manifest, expand
@@ -38,7 +39,6 @@ from repro_serving.builder.native.rules import (
     pin_drifts,
     role_drifts,
     root_drifts,
-    under_roots,
 )
 
 SHA256 = re.compile(r"[0-9a-f]{64}")
@@ -256,7 +256,7 @@ def _process_drifts(
         for o in process.objects
         if o.rule == "unexplained"
     ]
-    drifts += _requester_drifts(process, policy, at)
+    drifts += _requester_drifts(process, at)
     executables = [o.path for o in process.objects if o.rule == "executable"]
     if executables != [process.exe]:
         drifts.append(_claim(at, "objects[rule=executable]", f"exactly {process.exe}", executables))
@@ -289,32 +289,33 @@ def _process_drifts(
     return drifts
 
 
-def _requester_drifts(process: ProcessEvidence, policy: AuditPolicy, at: str) -> list[Drift]:
+MERGED_USR: Final = ("/lib/", "/lib32/", "/lib64/", "/libx32/", "/bin/", "/sbin/")
+"""Directories a merged-/usr host links into /usr: a path through them names the file under it."""
+
+
+def _under_usr(path: str) -> str:
+    return "/usr" + path if path.startswith(MERGED_USR) else path
+
+
+def _requester_drifts(process: ProcessEvidence, at: str) -> list[Drift]:
     """A mapping loaded for another object names an object the process maps: the requester as
-    the loader found it (`dir/../lib/x.so`, its normalised path mapped), or by another name of
-    one mapped file under the allowed roots (`/lib/.../libstdc++.so.6` for `/usr/lib/.../
-    libstdc++.so.6.0.30` on a merged-/usr host, its soname link). A requester no mapping
-    explains loaded nothing. Offline the links themselves cannot be followed: a name of a
-    mapped file under the roots is taken as that file."""
-    mapped = {o.path for o in process.objects}
-    names = {posixpath.basename(path) for path in mapped}
+    the loader found it (`dir/../lib/x.so`: its normalised path mapped), through a merged-/usr
+    link (`/lib/...` for `/usr/lib/...`), or by a versioned file's soname link in its directory
+    (`libstdc++.so.6` for `libstdc++.so.6.0.30`). A requester no mapping explains loaded
+    nothing. Offline the links themselves cannot be followed: a name of a mapped file in the
+    mapped file's directory is taken as that file."""
+    mapped = {_under_usr(o.path) for o in process.objects}
+    named = {(posixpath.dirname(path), posixpath.basename(path)) for path in mapped}
     drifts = []
     for obj in process.objects:
         if obj.requester is None:
             continue
-        requester = posixpath.normpath(obj.requester)
-        name = posixpath.basename(requester)
-        if requester in mapped or (
-            any(n.startswith(name) for n in names) and under_roots(requester, policy.allowed_roots)
-        ):
+        requester = _under_usr(posixpath.normpath(obj.requester))
+        directory, name = posixpath.dirname(requester), posixpath.basename(requester)
+        if requester in mapped or any(d == directory and n.startswith(name) for d, n in named):
             continue
         drifts.append(
-            _claim(
-                f"{at}: {obj.path}",
-                "requester",
-                "an object this process maps, under the allowed roots",
-                obj.requester,
-            )
+            _claim(f"{at}: {obj.path}", "requester", "an object this process maps", obj.requester)
         )
     return drifts
 
