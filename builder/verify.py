@@ -52,9 +52,11 @@ from repro_serving.builder.observations import (
 )
 from repro_serving.builder.observations import drifts as observation_drifts
 from repro_serving.builder.observe.dispatch import DISPATCH_FILE, Probes
+from repro_serving.builder.observe.host import HostFacts
 from repro_serving.builder.observe.python import version_matches
 from repro_serving.builder.observe.vllmargv import (
     logged_argument_problems,
+    logged_host_problems,
     logged_version_problems,
 )
 from repro_serving.builder.readers import LOCK_LIMIT, MANIFEST_LIMIT
@@ -244,6 +246,13 @@ class OpenedBundle:
             self._audits[key] = self._judge_audit(start, rank)
         return self._audits[key]
 
+    def host(self, rank: int) -> HostFacts | None:
+        """The sealed facts of the host rank `rank` ran on: the observations' for one host or
+        rank 0, the nodes' facts for a further rank (None for a rank the nodes do not name)."""
+        if rank == 0 or self.nodes is None:
+            return self.observations.host
+        return next((n.host for n in self.nodes.nodes if n.rank == rank), None)
+
     def _judge_audit(self, start: int, rank: int) -> SealedAudit:
         directory = rank_dir(self.evidence(f"start-{start}"), rank) / AUDIT_DIR
         where = str(directory.relative_to(self.path))
@@ -255,9 +264,7 @@ class OpenedBundle:
             if role_file.name != DRIFTS_FILE
         ]
         values = self.observations.values
-        host = self.observations.host if rank == 0 or self.nodes is None else None
-        if host is None and self.nodes is not None:
-            host = next((n.host for n in self.nodes.nodes if n.rank == rank), None)
+        host = self.host(rank)
         roles = self.manifest.node_processes(rank) if self.manifest.clustered else None
         policy = manifest_policy(
             self.manifest,
@@ -581,6 +588,15 @@ def _fresh_start_checks(sealed: OpenedBundle, first: tuple[OracleRow, ...]) -> l
     kernels = {n.rank: n.boot_id for n in nodes.nodes} if nodes is not None else {}
     problems = start_problems(starts, repro_pid=repro_pid, kernels=kernels)
     problems += _log_version_problems(starts, sealed.lock.python.packages)
+    for evidence in starts:
+        host = sealed.host(evidence.rank)
+        if host is not None:
+            problems += logged_host_problems(
+                evidence.log.decode(errors="replace"),
+                f"{evidence.where}/server.log",
+                host.cpu_count,
+                host.memory_bytes,
+            )
     # each rank's log against the argv that started it: run.json's, a further rank's node's
     argvs = {0: sealed.run.argv, **{n.rank: n.argv for n in sealed.lock.nodes if n.rank}}
     problems += [

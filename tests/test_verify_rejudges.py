@@ -1640,6 +1640,19 @@ OBSERVATION_LIES: dict[str, tuple[Edit, str, str]] = {
         "observations.json judged again",
         "artifacts.pinned.torch",
     ),
+    "a host of fewer CPUs than vLLM bound its threads to": (
+        _json("evidence/observations.json", lambda d: d["host"].__setitem__("cpu_count", 1)),
+        "fresh starts",
+        "start-1/server.log: vLLM's automatic CPU binding names 2 CPUs (0, 1): expected at most 1",
+    ),
+    "a host of less memory than vLLM found on its NUMA node": (
+        _json(
+            "evidence/observations.json",
+            lambda d: d["host"].__setitem__("memory_bytes", 8 << 30),
+        ),
+        "fresh starts",
+        "GiB: expected at most 8.00 GiB, the host's memory_bytes",
+    ),
     "run.json of another suite": (
         _json("evidence/run.json", lambda d: d.__setitem__("suite", "other-v1")),
         "lock = the sealed manifest",

@@ -909,6 +909,58 @@ def logged_version_problems(log: str, where: str, pinned: str | None) -> list[st
     return []
 
 
+_GIB: Final = 1 << 30
+_BOUND_CPUS: Final = re.compile(
+    r"VLLM_CPU_OMP_THREADS_BIND='auto', auto_setup=True.*?\n(?P<lines>(?:[^\n]*"
+    r"(?:core ids|reserved_cpus)=\[[0-9, ]*\][^\n]*\n?)+)",
+    re.DOTALL,
+)
+_CPU_IDS: Final = re.compile(r"(?:core ids|reserved_cpus)=\[(?P<ids>[0-9, ]*)\]")
+_NODE_MEMORY: Final = re.compile(
+    r"\((?P<size>[0-9.]+)/(?P<total>[0-9.]+)\) GiB (?:for KV cache )?on node [0-9]+"
+)
+_AVAILABLE_RAM: Final = re.compile(r"Available RAM: (?P<available>[0-9.]+) GiB")
+
+
+def logged_host_problems(
+    log: str, where: str, cpu_count: int | None, memory_bytes: int | None
+) -> list[str]:
+    """What a vLLM CPU server's log says of its host, against the host facts sealed for it.
+
+    A log bounds the facts from below only: a process sees no more CPUs than the host has (its
+    affinity and a cgroup may give it fewer) and no more memory. So: the CPUs vLLM's automatic
+    OpenMP binding names (`core ids=[…]`, `reserved_cpus=[…]`, taken from the process's allowed
+    CPUs) are at most `cpu_count`; the node total of `(used/total) GiB … on node N` (the NUMA
+    node's MemTotal or a lower cgroup limit, `round(bytes / GiB, 2)`) and `Available RAM: X GiB`
+    (`%.2f`) at most `memory_bytes` in GiB, rounded alike."""
+    problems = []
+    if cpu_count is not None:
+        for block in _BOUND_CPUS.finditer(log):
+            ids = {
+                int(cpu)
+                for found in _CPU_IDS.finditer(block["lines"])
+                for cpu in found["ids"].replace(" ", "").split(",")
+                if cpu
+            }
+            if len(ids) > cpu_count:
+                problems.append(
+                    f"{where}: vLLM's automatic CPU binding names {len(ids)} CPUs "
+                    f"({', '.join(map(str, sorted(ids)))}): expected at most {cpu_count}, "
+                    "the host's cpu_count"
+                )
+    if memory_bytes is not None:
+        ceiling = round(memory_bytes / _GIB, 2) + 0.005
+        stated = [(m["total"], "a NUMA node's memory") for m in _NODE_MEMORY.finditer(log)]
+        stated += [(m["available"], "available RAM") for m in _AVAILABLE_RAM.finditer(log)]
+        problems += [
+            f"{where}: {what} {value} GiB: expected at most {memory_bytes / _GIB:.2f} GiB, "
+            "the host's memory_bytes"
+            for value, what in stated
+            if float(value) > ceiling
+        ]
+    return problems
+
+
 def _given(argv: Sequence[str], option: str) -> list[str] | None:
     """What the argv gives `option`, as its last spelling: `[]` for a switch on, `["no"]` for
     `--no-…`, else the values after it up to the next option; None when it is not spelled."""
