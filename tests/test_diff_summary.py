@@ -15,6 +15,7 @@ from conftest import REPO_ROOT
 from repro_serving.builder.build import build
 from repro_serving.builder.cli import main
 from repro_serving.builder.lock import Lock
+from repro_serving.builder.report import headline
 from repro_serving.builder.report.differences import (
     ABSENT,
     SECTIONS,
@@ -151,3 +152,79 @@ def _summary_rows(text: str) -> dict[str, list[str]]:
         if len(cells) == 5 and cells[0] in SECTIONS:
             rows[cells[0]] = cells[1:]
     return rows
+
+
+def _committed(name: str) -> Lock:
+    path = REPO_ROOT / "repro" / name / bundle.LOCK
+    return Lock.from_bytes(path.read_bytes(), where=str(path))
+
+
+def test_diff_leads_with_the_rate_and_its_change(capsys: pytest.CaptureFixture[str]) -> None:
+    """The two committed tiny bundles: the decode rate, both values and the change in %, within
+    the first 15 lines, before the sections and every fact."""
+    a, b = (REPO_ROOT / "repro" / n for n in ("tiny-cpu", "tiny-cpu-2node"))
+    code = main(["diff", str(a), str(b)])
+    lines = capsys.readouterr().out.splitlines()
+    assert code == 1
+    rate_a, rate_b = (_committed(n).oracle.throughput for n in ("tiny-cpu", "tiny-cpu-2node"))
+    assert rate_a is not None and rate_b is not None
+    change = (rate_b.conventional_median - rate_a.conventional_median) / rate_a.conventional_median
+    rate_line = next(i for i, line in enumerate(lines) if "decode rate" in line)
+    assert rate_line < 15
+    cells = [c.strip() for c in lines[rate_line].strip("│ ").split("│")]
+    assert cells == [
+        "decode rate, median of prompts (tok/s)",
+        f"{rate_a.conventional_median:,.2f}",
+        f"{rate_b.conventional_median:,.2f}",
+        f"{change * 100:+.1f} %",
+    ]
+    exactness = next(line for line in lines if line.startswith("exactness"))
+    assert "5 of 5 prompts give the same token ids" in exactness
+    assert rate_line < lines.index("differences by section")
+
+
+def test_diff_json_states_the_figures_as_numbers(capsys: pytest.CaptureFixture[str]) -> None:
+    a, b = (str(REPO_ROOT / "repro" / n) for n in ("tiny-cpu", "laguna-102tps"))
+    main(["diff", a, b, "--json"])
+    document = json.loads(capsys.readouterr().out)
+    figures = {f["figure"]: f for f in document["figures"]}
+    rate = figures["decode rate, median of prompts"]
+    assert rate["unit"] == "tok/s"
+    assert isinstance(rate["a"], float) and isinstance(rate["b"], float)
+    assert rate["change_percent"] == pytest.approx((rate["b"] - rate["a"]) / rate["a"] * 100)
+    laguna = _committed("laguna-102tps").record
+    assert laguna is not None and laguna.spec_decode_draft_tokens
+    assert figures["spec-decode acceptance"]["a"] is None
+    assert figures["spec-decode acceptance"]["b"] == pytest.approx(
+        100 * (laguna.spec_decode_accepted or 0) / laguna.spec_decode_draft_tokens
+    )
+    assert document["exactness"]["compared"] == 0  # two suites: nothing to compare
+
+
+def test_exactness_counts_the_prompts_that_differ_and_those_one_side_lacks() -> None:
+    lock = _committed("tiny-cpu")
+    rows = list(lock.oracle.rows)
+    rows[1] = rows[1].model_copy(update={"token_ids_sha256": "00" * 32})
+    other = lock.model_copy(update={"oracle": lock.oracle.model_copy(update={"rows": rows[:4]})})
+    found = headline.exactness(lock, other)
+    assert (found.compared, found.same_token_ids, found.same_text) == (4, 3, 4)
+    assert (found.only_a, found.only_b) == (1, 0)
+    assert "3 of 4 prompts" in found.sentence() and "1 prompt(s) only in A" in found.sentence()
+
+
+@pytest.mark.parametrize(
+    ("a", "b", "change", "shown"),
+    [
+        (100.0, 80.0, -20.0, "-20.0 %"),
+        (3, 3, 0.0, "same"),
+        (0, 5, None, "differs"),
+        (None, 5.0, None, "differs"),
+        ("x", "y", None, "differs"),
+    ],
+)
+def test_a_figure_changes_by_percent_only_between_two_numbers(
+    a: headline.Value, b: headline.Value, change: float | None, shown: str
+) -> None:
+    figure = headline.Figure("f", "", a, b)
+    assert figure.change_percent == (None if change is None else pytest.approx(change))
+    assert headline.shown_change(figure) == shown

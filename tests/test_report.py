@@ -327,6 +327,22 @@ def test_a_report_against_a_reference_says_what_differs_by_section_first(
     totals = {s.section: s.total for s in compared.sections}
     assert totals == {s: (1 if s == "host" else 0) for s in totals}
     assert [d.key for d in compared.differences] == ["host.facts.kernel"]
+    rate = next(f for f in compared.figures if f.figure.startswith("decode rate"))
+    assert (rate.subject, rate.change) == (rate.reference, "same")
+    assert compared.exactness is not None and "13 of 13 prompts" in compared.exactness
+
+
+def test_a_reference_that_does_not_hold_is_said_not_compared(rebuilt: Path, tmp_path: Path) -> None:
+    """A reference whose files are not what its signer sealed (here a renamed copy): the page
+    is headed "not compared", never "0 difference(s)", and shows none of its figures."""
+    renamed = tmp_path / "renamed"
+    shutil.copytree(rebuilt, renamed)
+    written = write_page(rebuilt, TRUSTED, out=tmp_path / "page.html", against=renamed)
+    compared = written.report.comparison
+    assert compared is not None and not compared.reference_intact
+    assert compared.figures == () and compared.exactness is None
+    text = _text(written.html)
+    assert "Against" in text and "not compared" in text and "0 difference(s)" not in text
 
 
 def test_the_same_bundle_gives_the_same_page_and_images(rebuilt: Path, tmp_path: Path) -> None:

@@ -19,6 +19,7 @@ from pathlib import Path
 from repro_serving.builder.commands._keys import add_trust_arguments, trusted
 from repro_serving.builder.errors import ExitCode
 from repro_serving.builder.render import Report, console, write_report
+from repro_serving.builder.report.model import Comparison
 from repro_serving.builder.report.model import Report as RunReport
 from repro_serving.builder.sealing.integrity import bundle_path
 
@@ -74,4 +75,27 @@ def execute(args: argparse.Namespace) -> int:
         out.print(f"{verdict}: report of {written.report.subject.path} written to {written.html}")
         for image in written.images:
             out.print(f"chart image {image}")
+        if written.report.comparison is not None:
+            _print_comparison(written.report.comparison)
     return int(ExitCode.PASS if ok else ExitCode.CHECK_FAILED)
+
+
+def _print_comparison(comparison: Comparison) -> None:
+    """The headline of the comparison: what changed among the figures, and the exactness."""
+    out = console()
+    if not comparison.reference_intact:
+        why = comparison.reference_failures[0] if comparison.reference_failures else None
+        out.print(
+            f"against {comparison.reference}: not compared: its signature or its files do not "
+            "hold for the keys you trust (another signer, or files changed since sealing)"
+            + (f": {why}" if why else "")
+        )
+        return
+    changed = [f for f in comparison.figures if f.change != "same"]
+    out.print(f"against {comparison.reference}: {len(changed)} headline figure(s) differ")
+    for figure in changed:
+        out.print(
+            f"  {figure.figure}: {figure.subject} here, {figure.reference} there ({figure.change})"
+        )
+    if comparison.exactness is not None:
+        out.print(f"  {comparison.exactness}")

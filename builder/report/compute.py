@@ -16,6 +16,7 @@ from repro_serving.builder.drift import Drift
 from repro_serving.builder.lock import DispatchClaim, Lock
 from repro_serving.builder.manifest import Gates, SpecDecodeGate, ThroughputGate
 from repro_serving.builder.native.auditreport import ProcessEvidence
+from repro_serving.builder.report import headline
 from repro_serving.builder.report.differences import (
     ABSENT,
     SECTIONS,
@@ -31,6 +32,7 @@ from repro_serving.builder.report.model import (
     DifferenceLine,
     DispatchLine,
     DriftLine,
+    FigureLine,
     GateLine,
     GateStatus,
     Native,
@@ -493,14 +495,31 @@ def native_declared(lock: Lock) -> Native:
 
 
 def comparison(
-    reference: str, reference_verdict: Verdict, differences: Sequence[Difference]
+    reference: str,
+    reference_verdict: Verdict,
+    differences: Sequence[Difference],
+    locks: tuple[Lock, Lock] | None = None,
 ) -> Comparison:
-    """What differs from the reference, by section first (every section, 0 where equal)."""
+    """What differs from the reference: the headline figures of the two `locks` (subject,
+    reference) when both were read, each change the subject's against the reference, then by
+    section (every section, 0 where equal)."""
+    # change is the subject's against the reference: the reference is side A
+    figures = headline.figures(locks[1], locks[0]) if locks is not None else []
     return Comparison(
         reference=reference,
         reference_ok=reference_verdict.ok,
         reference_intact=reference_verdict.intact,
         reference_failures=reference_verdict.failures,
+        figures=tuple(
+            FigureLine(
+                figure=f"{f.name} ({f.unit})" if f.unit else f.name,
+                subject=headline.shown(f.b),
+                reference=headline.shown(f.a),
+                change=headline.shown_change(f),
+            )
+            for f in figures
+        ),
+        exactness=headline.exactness(*locks).sentence() if locks is not None else None,
         sections=summarise(differences, SECTIONS),
         differences=tuple(
             DifferenceLine(

@@ -260,4 +260,6 @@ def _against(
         return None, compute.comparison(str(path), verdict, ())
     ours = flatten(sealed.lock) | compute.gate_facts(sealed.verdicts)
     theirs = flatten(reference.lock) | compute.gate_facts(reference.verdicts)
-    return reference, compute.comparison(str(path), verdict, compare(ours, theirs))
+    return reference, compute.comparison(
+        str(path), verdict, compare(ours, theirs), (sealed.lock, reference.lock)
+    )

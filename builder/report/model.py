@@ -231,13 +231,27 @@ class DifferenceLine(_Model):
     reference: str | None
 
 
+class FigureLine(_Model):
+    """A headline figure here and in the reference (`builder.report.headline`), as shown."""
+
+    figure: str
+    subject: str
+    reference: str
+    change: str
+    """`+12.5 %` between two numbers, else `same` or `differs`."""
+
+
 class Comparison(_Model):
-    """What differs from a reference bundle, by section first."""
+    """What differs from a reference bundle: the headline figures first, then by section."""
 
     reference: str
     reference_ok: bool
     reference_intact: bool
     reference_failures: tuple[str, ...]
+    figures: tuple[FigureLine, ...] = ()
+    """Empty where nothing was compared (the reference is not intact)."""
+    exactness: str | None = None
+    """How many prompts give the same tokens here and there, in a sentence."""
     sections: tuple[SectionCount, ...]
     """Every section, in a fixed order, with its count (0 where equal)."""
     differences: tuple[DifferenceLine, ...]

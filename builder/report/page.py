@@ -362,8 +362,9 @@ def _native(native: Native, charts: dict[str, Chart]) -> str:
 
 def _comparison(comparison: Comparison, charts: dict[str, Chart]) -> str:
     total = sum(s.total for s in comparison.sections)
+    compared = f"{total} difference(s)" if comparison.reference_intact else "not compared"
     parts = [
-        f"<h2>Against {_e(comparison.reference)}: {total} difference(s)</h2>",
+        f"<h2>Against {_e(comparison.reference)}: {compared}</h2>",
         '<section class="card" id="comparison">',
     ]
     if not comparison.reference_ok:
@@ -373,9 +374,23 @@ def _comparison(comparison: Comparison, charts: dict[str, Chart]) -> str:
             + "</p>"
         )
     if not comparison.reference_intact:
-        parts.append("<p class='note'>Not compared: its files are not those its signer sealed.</p>")
+        parts.append(
+            "<p class='note'>Not compared: its signature or its files do not hold for the keys "
+            "you trust (a bundle of another signer, or files changed since it was sealed), so "
+            "nothing in it is known to be what a trusted signer sealed.</p>"
+        )
         parts.append("</section>")
         return "".join(parts)
+    if comparison.figures:
+        parts.append(
+            _table(
+                ("figure", "here", "reference", "change"),
+                ((f.figure, f.subject, f.reference, f.change) for f in comparison.figures),
+                ("" if f.change == "same" else "drift" for f in comparison.figures),
+            )
+        )
+    if comparison.exactness is not None:
+        parts.append(f"<p>{_e(comparison.exactness)}</p>")
     parts.append(
         _table(
             ("section", "differ", "values differ", "only here", "only in the reference"),
