@@ -40,7 +40,8 @@ external cache query or hit and no prompt token from a KV transfer without a KV 
 the argv, and with prefix caching off and no KV connector no KV block in use once nothing runs
 or waits (vLLM frees a finished request's blocks before it states the gauges); the engine's
 preemptions those of the requests that finished; the server's time to first token and
-end-to-end latency inside the client's times (10 ms a request of clock slack), in sum and in
+end-to-end latency inside the client's times (10 ms a request of clock slack where the
+server's interval nests in the client's, 250 ms of delivery slack where it does not), in sum and in
 every bucket (a bucket holds at least the rows whose client-side upper bound is within its
 bound, at most those whose lower bound is: time to first token at most the row's ttft_s,
 end-to-end latency at most its last token's offset and at least its first to last token); the
@@ -1166,7 +1167,15 @@ def _kv_usage_checks(check: _Check, limits: Limits, enabled: bool | None) -> Non
 
 
 TIMING_SLACK_S: Final = 0.01
-"""Per request, how far the server's and the client's clocks of one interval may part."""
+"""Per request, how far the server's and the client's clocks of one interval may part, where
+the server's interval lies inside the client's (it saw the request after the client sent it,
+and produced each token before the client read it)."""
+DELIVERY_SLACK_S: Final = 0.25
+"""Per request, how much longer the client's first-to-last token may be than the server's, and
+how long after the client read the last token the API server may stop timing the request (it
+sends the final chunk and `[DONE]` after it): neither is an interval nested in the other, so
+each part is a scheduling delay of a busy host. A demo sealed on 2 cores while the test suite
+ran beside it read its last token more than 10 ms later than the server's timing allowed."""
 
 
 def _timing_checks(
@@ -1176,6 +1185,7 @@ def _timing_checks(
     than the client waited for it (the request travelled first), its end-to-end latency no
     longer than the client's last token and no shorter than the client's first to last."""
     slack = TIMING_SLACK_S * len(rows)
+    delivered = DELIVERY_SLACK_S * len(rows)
     waited = sum(row.ttft_s for row in rows)
     last = sum(max(row.token_offsets_s, default=row.ttft_s) for row in rows)
     streamed = sum(
@@ -1194,12 +1204,33 @@ def _timing_checks(
         found = check.reads.rise(name)
         if found is None:
             continue
-        if found > high + slack or (low is not None and found < low - slack):
-            span = f"at most {high:.3f}" if low is None else f"between {low:.3f} and {high:.3f}"
-            check.fail(name, found, f"{span} s ({why}; {slack:.2f} s of clock slack)")
+        if found > high + slack or (low is not None and found < low - delivered):
+            span = (
+                f"at most {high + slack:.3f}"
+                if low is None
+                else f"between {low - delivered:.3f} and {high + slack:.3f}"
+            )
+            check.fail(
+                name,
+                found,
+                f"{span} s ({why}; {slack:.2f} s of clock slack"
+                + ("" if low is None else f", {delivered:.2f} s of delivery slack")
+                + ")",
+            )
     most = [row.ttft_s + TIMING_SLACK_S for row in rows]
-    _bounded_buckets(check, "vllm:time_to_first_token_seconds", most, None, "ttft_s")
-    _bounded_buckets(check, "vllm:e2e_request_latency_seconds", *streams, "last token's offset")
+    _bounded_buckets(
+        check, "vllm:time_to_first_token_seconds", most, None, "ttft_s", slack=TIMING_SLACK_S
+    )
+    # the server's end-to-end latency ends before the client reads the last token: nested
+    ended = [max(row.token_offsets_s, default=row.ttft_s) + TIMING_SLACK_S for row in rows]
+    _bounded_buckets(
+        check,
+        "vllm:e2e_request_latency_seconds",
+        ended,
+        streams[1],
+        "last token's offset",
+        slack=TIMING_SLACK_S,
+    )
 
 
 def _bucket_rises(
@@ -1228,13 +1259,16 @@ def _bucket_rises(
 
 def _stream_bounds(rows: Sequence[OracleRow]) -> tuple[list[float], list[float]]:
     """Per row, the most and the least a time the server took to answer it from its arrival
-    to its last token may be: the client's last token's offset, and its first to last token
-    (`TIMING_SLACK_S` of clock slack each way)."""
-    most = [max(row.token_offsets_s, default=row.ttft_s) + TIMING_SLACK_S for row in rows]
+    to its last byte may be: the client's last token's offset, and its first to last token
+    (`DELIVERY_SLACK_S` of slack each way)."""
+    most = [max(row.token_offsets_s, default=row.ttft_s) + DELIVERY_SLACK_S for row in rows]
     least = [
-        max(row.token_offsets_s, default=0.0)
-        - min(row.token_offsets_s, default=0.0)
-        - TIMING_SLACK_S
+        max(
+            max(row.token_offsets_s, default=0.0)
+            - min(row.token_offsets_s, default=0.0)
+            - DELIVERY_SLACK_S,
+            0.0,
+        )
         for row in rows
     ]
     return most, least
@@ -1247,11 +1281,13 @@ def _bounded_buckets(
     least: Sequence[float] | None,
     what: str,
     *,
+    slack: float,
     others: float = 0.0,
     **labels: str,
 ) -> None:
     """A histogram every row observed once, each observation at most its row's `most` and at
-    least its row's `least` (None: at least 0): each bucket rose by at least the rows whose
+    least its row's `least` (None: at least 0; `most` has `slack` added, `least` has
+    `DELIVERY_SLACK_S` taken): each bucket rose by at least the rows whose
     `most` is within its bound and by at most those whose `least` is, and the `others`
     observations of no row. Where each observation lies the sum cannot tell; the buckets can."""
     bucket = f"{family}_bucket"
@@ -1262,13 +1298,13 @@ def _bounded_buckets(
         if low <= found <= high:
             continue
         span = f"of {_shown(low)}" if low == high else f"between {_shown(low)} and {_shown(high)}"
-        slack = f"{TIMING_SLACK_S:g} s"
-        lower = "" if least is None else f", {fits} whose first to last token less {slack} is"
+        less = f"{DELIVERY_SLACK_S:g} s"
+        lower = "" if least is None else f", {fits} whose first to last token less {less} is"
         extra = f", and {_shown(others)} requests of no row" if others else ""
         check.problems.append(
             f"{check.pair}: {bucket}{_labels(frozenset({**labels, 'le': bound}.items()))}: "
             f"expected a rise {span} (one observation a row, inside the client's times: {low} "
-            f"rows whose {what} plus {slack} is at most {bound} s{lower}{extra}), found "
+            f"rows whose {what} plus {slack:g} s is at most {bound} s{lower}{extra}), found "
             f"{_shown(found)}"
         )
 
@@ -1727,22 +1763,30 @@ def _http_checks(
 ) -> None:
     """The suite's requests as the API server timed them, inside the client's times: each from
     its arrival to its last byte, so at most the client's last token's offset and at least its
-    first to last token (`TIMING_SLACK_S` a request of slack), in sum and in every bucket of
+    first to last token (`DELIVERY_SLACK_S` a request of slack), in sum and in every bucket of
     both duration histograms (the unlabelled one also counts the requests of no row)."""
     endpoint = ENDPOINTS[limits.api]
     route = {"handler": endpoint, "method": "POST"}
     most, least = streams
-    slack = TIMING_SLACK_S * len(rows)
+    slack = DELIVERY_SLACK_S * len(rows)
     found = check.reads.rise(f"{HTTP_DURATION}_sum", **route)
     low, high = sum(least), sum(most)
     if found is not None and not low <= found <= high:
         check.problems.append(
             f"{check.pair}: {HTTP_DURATION}_sum{_labels(frozenset(route.items()))}: expected a "
             f"rise between {low:.3f} and {high:.3f} s (the rows' first to last token less, and "
-            f"their last token's offset plus, {slack:.2f} s of clock slack), found {_shown(found)}"
+            f"their last token's offset plus, {slack:.2f} s of delivery slack), found "
+            f"{_shown(found)}"
         )
     _bounded_buckets(
-        check, HTTP_DURATION, most, least, "last token's offset", handler=endpoint, method="POST"
+        check,
+        HTTP_DURATION,
+        most,
+        least,
+        "last token's offset",
+        slack=DELIVERY_SLACK_S,
+        handler=endpoint,
+        method="POST",
     )
     counted = check.reads.rise(f"{HTTP_HIGHR}_count") or 0.0
     _bounded_buckets(
@@ -1751,6 +1795,7 @@ def _http_checks(
         most,
         least,
         "last token's offset",
+        slack=DELIVERY_SLACK_S,
         others=max(counted - len(rows), 0.0),
     )
 
