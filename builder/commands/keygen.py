@@ -1,8 +1,8 @@
 """Generate an Ed25519 signing key pair: PREFIX.key (mode 0600) and PREFIX.pub.
 
-The private key signs bundles (`repro build --signing-key PREFIX.key`); the public key is what a verifier
-trusts (`repro verify --key PREFIX.pub`, or a trusted-keys directory holding it). Existing files
-are never overwritten. The key id printed is the sha256 of the raw public key.
+The private key signs bundles (`repro build --signing-key PREFIX.key`); the public key is what
+a verifier trusts (`repro verify --key PREFIX.pub`, or a trusted-keys directory holding it).
+Existing files are never overwritten. The key id printed is the sha256 of the raw public key.
 """
 
 from __future__ import annotations
