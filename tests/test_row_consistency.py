@@ -653,8 +653,7 @@ def test_an_end_to_end_latency_shorter_than_the_streams_is_refused() -> None:
     name = "vllm:e2e_request_latency_seconds_sum"
     found = laguna_metrics(sample(name, 1.0))
     assert any(
-        p.startswith(f"{LAGUNA_PAIR}: {name}: expected a rise of ")
-        and "s of delivery slack)" in p
+        p.startswith(f"{LAGUNA_PAIR}: {name}: expected a rise of ") and "s of delivery slack)" in p
         for p in found
     ), found
 
