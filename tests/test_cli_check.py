@@ -180,6 +180,26 @@ def test_malformed_manifests_exit_0_or_2_and_never_raise(content: bytes) -> None
         assert str(path) in err
 
 
+def test_a_list_mixing_tables_and_values_or_tables_of_other_keys_is_printed(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Free-form tables (`chat_template_kwargs`) may hold any list: one mixing a table and a
+    string (found by the fuzz test above: an internal error) prints as a value, and tables of
+    different keys as one table with a column per key."""
+    monkeypatch.setenv("COLUMNS", "400")
+    document = _valid_document()
+    document["oracle"]["chat_template_kwargs"] = {
+        "mixed": [{"": ""}, ""],
+        "records": [{"a": 1}, {"b": 2}],
+    }
+    path = tmp_path / "kwargs.toml"
+    path.write_text(tomli_w.dumps(document))
+    code, out, err = run(["check", str(path)])
+    assert (code, err) == (0, "")
+    assert "chat_template_kwargs.mixed" in out
+    assert "oracle.chat_template_kwargs.records" in out
+
+
 def test_an_unknown_kernel_set_is_refused_naming_the_manifest_key(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

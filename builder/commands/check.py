@@ -445,12 +445,19 @@ def _tables(title: str, section: Any) -> list[Table]:
 
 
 def _records_table(title: str, records: list[dict[str, Any]]) -> Table:
-    columns = list(records[0]) if records else ["(none)"]
-    return table(title, columns, ([_cell(row[column]) for column in columns] for row in records))
+    """A list of tables as rows: a column for every key any of them has, in first-seen order
+    (an empty cell where a record lacks it)."""
+    columns = list(dict.fromkeys(key for record in records for key in record)) or ["(none)"]
+    return table(
+        title,
+        columns,
+        ([_cell(row[column]) if column in row else "" for column in columns] for row in records),
+    )
 
 
 def _is_records(value: Any) -> bool:
-    return isinstance(value, list) and bool(value) and isinstance(value[0], dict)
+    """A non-empty list of tables only (a list mixing tables and values is a value)."""
+    return isinstance(value, list) and bool(value) and all(isinstance(v, dict) for v in value)
 
 
 def _flatten(section: dict[str, Any], prefix: str) -> list[tuple[str, Any]]:
