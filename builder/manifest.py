@@ -662,6 +662,39 @@ class ThroughputGate(_Frozen):
     """Also record N/span, labelled 'historical'; never gated."""
     floor: Annotated[float, Field(gt=0, le=1)]
     """Fraction of the sealed conventional rate a replay must reach."""
+    floor_tok_s: Annotated[float, Field(gt=0)] | None = None
+    """An absolute floor of the conventional median, tok/s, besides the fraction: what the
+    record claims, whatever the teacher reached."""
+    prompt_floor: Annotated[float, Field(gt=0, le=1)] | None = None
+    """Fraction of the sealed conventional median every prompt's own rate must reach: one slow
+    prompt fails, not only a slow median."""
+
+
+class StallGate(_Frozen):
+    """No answer pauses: no gap between two reads of a row's tokens is longer than `factor`
+    times that row's median inter-token latency and longer than `min_ms` (`launch.latency`).
+    Every start's rows are judged; a stall names its start, prompt and token."""
+
+    factor: Annotated[float, Field(gt=1)] = 20.0
+    min_ms: Annotated[float, Field(gt=0)] = 1000.0
+    """A gap is a stall only above this too: the client's reads on a busy host jitter by tens
+    of milliseconds, which is not the server pausing."""
+
+
+class LatencyGate(_Frozen):
+    """Bounds on the latency distribution of every start's suite, from the client's sealed
+    token times (`launch.latency`: p99 by linear interpolation). At least one bound."""
+
+    ttft_p99_max_ms: Annotated[float, Field(gt=0)] | None = None
+    itl_p99_max_ms: Annotated[float, Field(gt=0)] | None = None
+    tpot_p50_max_ms: Annotated[float, Field(gt=0)] | None = None
+
+    @model_validator(mode="after")
+    def _bounded(self) -> Self:
+        if (self.ttft_p99_max_ms, self.itl_p99_max_ms, self.tpot_p50_max_ms) == (None,) * 3:
+            expected = "at least one of ttft_p99_max_ms, itl_p99_max_ms, tpot_p50_max_ms"
+            _raise_all("LatencyGate", [_violation((), "no bound", expected, "none")])
+        return self
 
 
 class MetricsInfoGate(_Frozen):
@@ -701,6 +734,8 @@ class Gates(_Frozen):
     fresh_start_throughput: FreshStartThroughputGate | None = None
     """Further fresh starts must also reproduce the rate; needs `throughput` (its N) and
     `fresh_starts` of at least 2."""
+    stall: StallGate | None = None
+    latency: LatencyGate | None = None
 
     @model_validator(mode="after")
     def _valid_patterns(self) -> Self:

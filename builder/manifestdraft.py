@@ -597,7 +597,10 @@ def review_points(
         points.append(f"oracle.suite {options.suite_path} is the suite named with --suite.")
     points.append(
         f"[oracle.gates]: strict exactness and {THROUGHPUT_FLOOR} x the sealed rate as the "
-        "throughput floor; raise the floor to the rate this record claims."
+        "throughput floor (a fraction of at most 1 of the rate the build measures); to hold "
+        "a replay to the rate this record claims, add throughput.floor_tok_s (tok/s), "
+        "throughput.prompt_floor (a fraction every prompt must reach), [oracle.gates.stall] "
+        "and [oracle.gates.latency] (p99 bounds in ms)."
     )
     for model in facts.models:
         points += _model_points(model)

@@ -7,8 +7,9 @@ no I/O and no retries; the same function judges a live run and a historical reco
 `judge` returns a verdict for every kind of gate, in a fixed order: a gate the manifest disables
 is `n/a` and says so; a gate it enables whose evidence is absent fails and names what is missing,
 so a configured gate is never skipped in silence. The optional kinds (engine facts of
-`/metrics` info gauges, the rate of further fresh starts, a kernel set's runtime markers) give a
-verdict for each one declared and none otherwise.
+`/metrics` info gauges, the rate of further fresh starts, a kernel set's runtime markers, stalls
+and latency bounds) give a verdict for each one declared and none otherwise: a record sealed
+before such a gate existed is judged as it was.
 """
 
 from __future__ import annotations
@@ -24,9 +25,11 @@ from repro_serving.builder.errors import BadInput
 from repro_serving.builder.manifest import (
     FreshStartThroughputGate,
     Gates,
+    LatencyGate,
     LogMarker,
     MetricsInfoGate,
     SpecDecodeGate,
+    StallGate,
     ThroughputGate,
 )
 from repro_serving.builder.patterns import compile_pattern
@@ -38,6 +41,7 @@ from repro_serving.launch.evidence import (
     Verdict,
     VerdictStatus,
 )
+from repro_serving.launch.latency import Distribution, latency, stalls
 from repro_serving.launch.metrics import samples
 from repro_serving.launch.throughput import (
     HISTORICAL_LABEL,
@@ -402,7 +406,9 @@ def spec_decode(
 
 def throughput(gate: ThroughputGate, rows: Sequence[OracleRow], sealed: float) -> Verdict:
     """The conventional median rate over `gate.tokens` tokens reaches `gate.floor` times the sealed
-    record's conventional median; the historical N/span median is recorded, never gated."""
+    record's conventional median, and `gate.floor_tok_s` where declared; every prompt's own rate
+    reaches `gate.prompt_floor` times the sealed median where declared; the historical N/span
+    median is recorded, never gated."""
     try:
         measured = measure(rows, gate.tokens)
     except UnmeasurableRow as error:
@@ -423,6 +429,25 @@ def throughput(gate: ThroughputGate, rows: Sequence[OracleRow], sealed: float) -
         "floor_rate": floor_rate,
         **_per_row(measured),
     }
+    if gate.floor_tok_s is not None:
+        reached = median >= gate.floor_tok_s
+        passed = passed and reached
+        summary += f"; {'>=' if reached else '<'} absolute floor {gate.floor_tok_s:g} tok/s"
+        details["floor_tok_s"] = gate.floor_tok_s
+    if gate.prompt_floor is not None:
+        prompt_rate = gate.prompt_floor * sealed
+        slow = {r.prompt_id: r.conventional for r in measured.rows if r.conventional < prompt_rate}
+        passed = passed and not slow
+        summary += (
+            f"; every prompt >= {prompt_rate:.2f} ({gate.prompt_floor} of sealed)"
+            if not slow
+            else f"; {len(slow)} of {len(measured.rows)} prompt(s) below {prompt_rate:.2f} "
+            f"({gate.prompt_floor} of sealed): "
+            + ", ".join(f"{prompt} {rate:.2f} tok/s" for prompt, rate in slow.items())
+        )
+        details["prompt_floor"] = gate.prompt_floor
+        details["prompt_floor_rate"] = prompt_rate
+        details["prompts_below"] = slow
     if gate.record_historical:
         summary += f"; historical N/span median {measured.historical_median:.2f} (not gated)"
         details["historical"] = {"label": HISTORICAL_LABEL, "median": measured.historical_median}
@@ -467,6 +492,80 @@ def fresh_start_throughput(
         deviation=deviation,
         relative_tolerance=gate.relative_tolerance,
     )
+
+
+# --- latency, from the client's token times -------------------------------------------------
+
+
+def _starts(evidence: RunEvidence) -> list[tuple[int, Sequence[OracleRow]]]:
+    """Every start's rows by its number; none without start 1's."""
+    if evidence.rows is None:
+        return []
+    later = [(n + 2, rows) for n, rows in enumerate(evidence.later_starts)]
+    return [(1, evidence.rows), *later]
+
+
+def stall(gate: StallGate, starts: Sequence[tuple[int, Sequence[OracleRow]]]) -> Verdict:
+    """No start's answer pauses longer than `gate.factor` x its row's median inter-token
+    latency and `gate.min_ms` (`launch.latency.stalls`); each stall named by start, prompt and
+    token."""
+    found = [
+        (start, s) for start, rows in starts for s in stalls(rows, gate.factor, gate.min_ms / 1e3)
+    ]
+    bound = f"no gap above {gate.factor:g} x its row's median ITL and {gate.min_ms:g} ms"
+    summary = (
+        f"{bound}, in {len(starts)} start(s)"
+        if not found
+        else f"{len(found)} stall(s): "
+        + "; ".join(f"start {start} {s.shown()}" for start, s in found)
+        + f" (expected {bound})"
+    )
+    return _verdict(
+        "stall",
+        not found,
+        summary,
+        factor=gate.factor,
+        min_ms=gate.min_ms,
+        stalls=[
+            {"start": start, "prompt_id": s.prompt_id, "token": s.token, "gap_s": s.seconds,
+             "median_itl_s": s.median_s}
+            for start, s in found
+        ],
+    )  # fmt: skip
+
+
+def latency_bounds(gate: LatencyGate, starts: Sequence[tuple[int, Sequence[OracleRow]]]) -> Verdict:
+    """Every start's TTFT and ITL p99 and TPOT p50 within the gate's bounds (`launch.latency`)."""
+    bounds: list[tuple[str, str, float | None]] = [
+        ("ttft", "p99", gate.ttft_p99_max_ms),
+        ("itl", "p99", gate.itl_p99_max_ms),
+        ("tpot", "p50", gate.tpot_p50_max_ms),
+    ]
+    problems, shown, details = [], [], {}
+    for start, rows in starts:
+        measured = latency(rows)
+        figures: dict[str, Distribution | None] = {
+            "ttft": measured.ttft, "itl": measured.itl, "tpot": measured.tpot,
+        }  # fmt: skip
+        details[f"start-{start}"] = {
+            name: None if figure is None else figure.as_details()
+            for name, figure in figures.items()
+        }
+        for name, quantile, limit in bounds:
+            if limit is None:
+                continue
+            figure = figures[name]
+            value = None if figure is None else getattr(figure, quantile)
+            text = f"start {start} {name.upper()} {quantile}"
+            if value is None:
+                problems.append(f"{text}: no {name.upper()} measured (expected <= {limit:g} ms)")
+            elif value * 1e3 > limit:
+                problems.append(f"{text} {value * 1e3:.1f} ms > {limit:g} ms")
+            else:
+                shown.append(f"{text} {value * 1e3:.1f} ms <= {limit:g} ms")
+    summary = "; ".join(problems) if problems else "; ".join(shown)
+    limits = {f"{n}_{q}_max_ms": v for n, q, v in bounds if v is not None}
+    return _verdict("latency", not problems, summary, **limits, measured=details)
 
 
 # --- engine facts from /metrics -----------------------------------------------------------------
@@ -642,7 +741,25 @@ def judge(
         _throughput_gate(gates, evidence),
         *_fresh_start_gates(gates, evidence),
         *_fresh_start_throughput_gates(gates, evidence),
+        *_latency_gates(gates, evidence),
     )
+
+
+def _latency_gates(gates: Gates, evidence: RunEvidence) -> list[Verdict]:
+    """The stall and latency gates, where declared, over every start's rows."""
+    starts = _starts(evidence)
+    verdicts: list[Verdict] = []
+    if gates.stall is not None:
+        verdicts.append(
+            stall(gates.stall, starts) if starts else _missing("stall", "oracle rows of start 1")
+        )
+    if gates.latency is not None:
+        verdicts.append(
+            latency_bounds(gates.latency, starts)
+            if starts
+            else _missing("latency", "oracle rows of start 1")
+        )
+    return verdicts
 
 
 # What a run without a teacher owes none: it captures the teacher.

@@ -395,6 +395,10 @@ def gate_checks(gates: Gates) -> list[tuple[str, str]]:
     if gates.throughput is not None:
         rate = gates.throughput
         text = f"median (N-1)/span, N = {rate.tokens}, >= {rate.floor} x the sealed rate"
+        if rate.floor_tok_s is not None:
+            text += f" and >= {rate.floor_tok_s:g} tok/s"
+        if rate.prompt_floor is not None:
+            text += f"; every prompt >= {rate.prompt_floor} x the sealed rate"
         if rate.record_historical:
             text += "; N/span recorded, labelled historical"
         checks.append(("throughput", text))
@@ -410,6 +414,18 @@ def gate_checks(gates: Gates) -> list[tuple[str, str]]:
         tolerance = gates.fresh_start_throughput.relative_tolerance
         text = f"each further start's median (N-1)/span within {tolerance} of start 1's"
         checks.append(("fresh_start_throughput", text))
+    if gates.stall is not None:
+        stall = gates.stall
+        text = f"no gap above {stall.factor:g} x its row's median ITL and {stall.min_ms:g} ms"
+        checks.append(("stall", text + ", in every start"))
+    if gates.latency is not None:
+        bounds = {
+            "TTFT p99": gates.latency.ttft_p99_max_ms,
+            "ITL p99": gates.latency.itl_p99_max_ms,
+            "TPOT p50": gates.latency.tpot_p50_max_ms,
+        }
+        text = ", ".join(f"{name} <= {v:g} ms" for name, v in bounds.items() if v is not None)
+        checks.append(("latency", text + ", in every start"))
     return checks
 
 

@@ -257,6 +257,22 @@ def _audit(details: Details, gates: Gates, name: str) -> _Shown:
     return _Shown(f"{count} drifts", "0 drifts: every mapping explained")
 
 
+def _stall(details: Details, gates: Gates, name: str) -> _Shown:
+    found = details.get("stalls")
+    count = len(found) if isinstance(found, list) else 0
+    bound = NONE if gates.stall is None else f"no gap > {gates.stall.factor:g} x median ITL"
+    return _Shown(f"{count} stall(s)", bound)
+
+
+def _latency(details: Details, gates: Gates, name: str) -> _Shown:
+    measured = _mapping(details, "measured")
+    first = measured.get("start-1") if measured else None
+    itl = first.get("itl") if isinstance(first, dict) else None
+    p99 = itl.get("p99_s") if isinstance(itl, dict) else None
+    shown = NONE if not isinstance(p99, (int, float)) else f"start 1 ITL p99 {p99 * 1e3:.1f} ms"
+    return _Shown(shown, "the declared bounds")
+
+
 _MEASURES: dict[str, Callable[[Details, Gates, str], _Shown]] = {
     "exact_token_ids": _equal_rows,
     "text_sha256": _text_rows,
@@ -271,6 +287,8 @@ _MEASURES: dict[str, Callable[[Details, Gates, str], _Shown]] = {
     "fresh_start_throughput": _fresh_rate,
     "metrics_info": _metrics_info,
     "live_audit": _audit,
+    "stall": _stall,
+    "latency": _latency,
 }
 _BOUNDS: dict[str, str] = {
     "exact_token_ids": "every row, every token id",
