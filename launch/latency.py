@@ -9,7 +9,7 @@ it (`OracleRow.token_offsets_s`: when the socket read that brought each token re
   one per read after the first (vLLM's `bench serve` takes one per chunk the same way). Tokens
   one read brought together (a backlog, or a speculative step's) share its time: their gaps
   are not known apart, so they count as one. A row whose reads are not numbered (a historical
-  record) has its offsets taken as arrivals: one gap per token after the first.
+  record) has its offsets taken as arrivals, tokens of one offset as one chunk.
 - **Time per output token (TPOT)**: per row, first to last token over the tokens after the
   first, `(t[last] - t[0]) / (N - 1)` (vLLM's definition); none for a row of one token.
 - **Percentiles**: p50, p90, p99 by linear interpolation between closest ranks (numpy's
@@ -39,14 +39,16 @@ class Gap:
 
 
 def gaps(row: OracleRow) -> list[Gap]:
-    """The row's inter-token latencies: one per read after its first (per token where reads
-    are not numbered), each named by the first token its read brought."""
+    """The row's inter-token latencies: one per read after its first (per distinct offset where
+    reads are not numbered), each named by the first token its read brought."""
     offsets = row.token_offsets_s
     reads = row.token_reads
     found = []
     for token in range(1, len(offsets)):
         if reads is not None and reads[token] == reads[token - 1]:
             continue  # the same read: no time between them is known
+        if reads is None and offsets[token] == offsets[token - 1]:
+            continue  # unnumbered: one time, one chunk
         found.append(Gap(token, offsets[token] - offsets[token - 1]))
     return found
 

@@ -309,6 +309,22 @@ def test_a_bundle_changed_after_sealing_is_reported_by_its_verdict_alone(
     assert "101.94" not in text and "<figure" not in written.html.read_text()
 
 
+def test_a_report_gives_the_latency_percentiles_of_every_start(rebuilt: Path) -> None:
+    """The Laguna record's one run: TTFT, ITL and TPOT over its 13 prompts, recomputed from the
+    bench's token times by `launch.latency`."""
+    report = read_report(rebuilt, TRUSTED)
+    lines = {line.figure: line for line in report.latency}
+    assert set(lines) == {"TTFT", "ITL", "TPOT"}
+    assert {line.start for line in report.latency} == {"record run"}
+    assert lines["TTFT"].count == 13 and lines["TPOT"].count == 13
+    for line in report.latency:
+        assert 0 < line.p50_ms <= line.p90_ms <= line.p99_ms <= line.max_ms
+    assert (
+        "<h2>Latency</h2>"
+        in write_page(rebuilt, TRUSTED, out=rebuilt.parent / "l.html").html.read_text()
+    )
+
+
 def test_a_report_against_a_reference_says_what_differs_by_section_first(
     rebuilt: Path, tmp_path: Path
 ) -> None:

@@ -758,7 +758,27 @@ OTHER_PYTHON = (
 BIGGER_KV_CACHE = ('kv_cache_memory_bytes="1073741824"', 'kv_cache_memory_bytes="68719476736"')
 ERROR_AT = "(APIServer pid=11746) ERROR 12-06 01:27:58 [serving_chat.py:1301] "
 
+
+def _paused(start: int, prompt: str, seconds: float) -> Edit:
+    """Start `start`'s answer to `prompt` as if the server paused `seconds` before the read
+    that brought its 17th token (every later token as much later)."""
+
+    def change(rows: list[dict[str, Any]]) -> None:
+        row = next(r for r in rows if r["prompt_id"] == prompt)
+        first = row["token_reads"].index(row["token_reads"][17])
+        row["token_offsets_s"] = [
+            t + (seconds if i >= first else 0.0) for i, t in enumerate(row["token_offsets_s"])
+        ]
+
+    return _json(f"evidence/start-{start}/rows.json", change)
+
+
 START_LIES: dict[str, tuple[Edit, str, str]] = {
+    "a replay's answer that paused 2 s": (
+        _paused(2, "code", 2.0),
+        "gates",
+        "stall: 1 stall(s): start 2 prompt 'code' token",
+    ),
     "start 2 a byte copy of start 1": (_copy_start, "fresh starts", "start-2"),
     "start 2's rows a copy of start 1's": (_copy_rows, "fresh starts", "every arrival time"),
     "start 2's rows start 1's, a microsecond later": (

@@ -35,6 +35,7 @@ from repro_serving.builder.report.model import (
     FigureLine,
     GateLine,
     GateStatus,
+    LatencyLine,
     Native,
     ProcessLine,
     PromptTiming,
@@ -47,6 +48,7 @@ from repro_serving.builder.verify import VerifyReport
 from repro_serving.launch import evidence
 from repro_serving.launch.evidence import MetricsDelta, OracleRow, Teacher
 from repro_serving.launch.gates import SURVIVAL_RATIO_MAX, first_difference
+from repro_serving.launch.latency import latency
 from repro_serving.launch.throughput import UnmeasurableRow, measure, row_rate
 
 FAILURE_LINE = 300
@@ -299,6 +301,31 @@ _BOUNDS: dict[str, str] = {
     "throughput": "the floor",
     "fresh_starts": "start 1's token ids, every row",
 }
+
+
+# --- latency -------------------------------------------------------------------------------------
+
+
+def latency_lines(starts: Sequence[Stream]) -> tuple[LatencyLine, ...]:
+    """Per start, its TTFT, ITL and TPOT distributions (`launch.latency`), in ms."""
+    lines = []
+    for label, rows in starts:
+        measured = latency(rows)
+        for figure, found in (("TTFT", measured.ttft), ("ITL", measured.itl),
+                              ("TPOT", measured.tpot)):  # fmt: skip
+            if found is not None:
+                lines.append(
+                    LatencyLine(
+                        start=label,
+                        figure=figure,
+                        count=found.count,
+                        p50_ms=found.p50 * 1e3,
+                        p90_ms=found.p90 * 1e3,
+                        p99_ms=found.p99 * 1e3,
+                        max_ms=found.max * 1e3,
+                    )
+                )
+    return tuple(lines)
 
 
 # --- token arrival and rates --------------------------------------------------------------------

@@ -85,6 +85,7 @@ def read_report(path: Path, trusted: TrustedKeys, *, against: Path | None = None
         gates=compute.gate_lines(sealed.verdicts, gates),
         timings=_timings(sealed, reference),
         throughput=_attempt("throughput", unreadable, lambda: _throughput(sealed, reference)),
+        latency=compute.latency_lines(sealed.starts),
         acceptance=_acceptance(sealed),
         native=_attempt("native", unreadable, lambda: _native(sealed)),
         comparison=comparison,

@@ -257,6 +257,18 @@ class Comparison(_Model):
     differences: tuple[DifferenceLine, ...]
 
 
+class LatencyLine(_Model):
+    """One latency figure of one start (`launch.latency`), in milliseconds."""
+
+    start: str
+    figure: Literal["TTFT", "ITL", "TPOT"]
+    count: int
+    p50_ms: float
+    p90_ms: float
+    p99_ms: float
+    max_ms: float
+
+
 class Report(_Model):
     format: Literal["repro.report/v1"] = REPORT_SCHEMA
     subject: Subject
@@ -264,6 +276,9 @@ class Report(_Model):
     gates: tuple[GateLine, ...]
     timings: tuple[PromptTiming, ...]
     throughput: Throughput | None
+    latency: tuple[LatencyLine, ...] = ()
+    """Every start's TTFT, inter-token latency and time per output token percentiles, from
+    its sealed token times."""
     acceptance: Acceptance | None
     native: Native | None
     comparison: Comparison | None

@@ -21,6 +21,7 @@ from repro_serving.builder.report.model import (
     Comparison,
     GateLine,
     GateStatus,
+    LatencyLine,
     Native,
     PromptTiming,
     Report,
@@ -92,6 +93,8 @@ def render(report: Report, charts: Sequence[Chart]) -> str:
         parts.append(_gates(report.gates))
     if report.timings:
         parts.append(_timings(report.timings, report.throughput, by_id))
+    if report.latency:
+        parts.append(_latency(report.latency))
     if report.verdict.intact and report.subject.kind is not None:
         parts.append(_acceptance(report.acceptance, by_id))
     if report.native is not None:
@@ -198,6 +201,22 @@ def _gates(gates: Sequence[GateLine]) -> str:
         + "".join(rows)
         + "</tbody></table><p class='note'>Every verdict recomputed from the sealed evidence by "
         "the function the run was judged with.</p></section>"
+    )
+
+
+def _latency(lines: Sequence[LatencyLine]) -> str:
+    rows = (
+        (line.start, line.figure, str(line.count), f"{line.p50_ms:.2f}", f"{line.p90_ms:.2f}",
+         f"{line.p99_ms:.2f}", f"{line.max_ms:.2f}")
+        for line in lines
+    )  # fmt: skip
+    return (
+        '<h2>Latency</h2><section class="card" id="latency">'
+        "<p>From the client's sealed token times: TTFT from sending the request to reading the "
+        "first token; inter-token latency one per read that brought tokens; time per output "
+        "token (t[last] - t[0]) / (N - 1) per prompt. Percentiles by linear interpolation.</p>"
+        + _table(("start", "figure", "n", "p50 ms", "p90 ms", "p99 ms", "max ms"), rows)
+        + "</section>"
     )
 
 
