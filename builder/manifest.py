@@ -14,6 +14,7 @@ against the directory that holds the manifest file, never against the current di
 from __future__ import annotations
 
 import ast
+import difflib
 import inspect
 import itertools
 import json
@@ -1436,7 +1437,8 @@ def _problem(root: type[BaseModel], detail: Any) -> Problem:
     ctx: dict[str, Any] = detail.get("ctx") or {}
     if kind == "extra_forbidden":
         expected = _known_keys(root, loc[:-1])
-        return Problem(where, "unknown key", expected, f"key {_key_path(loc[-1:])}")
+        found = f"key {_key_path(loc[-1:])}{_did_you_mean(root, loc)}"
+        return Problem(where, "unknown key", expected, found)
     if kind == "missing":
         return Problem(where, "missing key", _expected_from(annotation, detail), "nothing")
     if kind == "repro":
@@ -1524,12 +1526,24 @@ def _describe(annotation: Any) -> str | None:
     return None
 
 
-def _known_keys(root: type[BaseModel], loc: Sequence[str | int]) -> str:
+def _known_key_names(root: type[BaseModel], loc: Sequence[str | int]) -> list[str] | None:
+    """The keys the table at `loc` accepts; None where it is not a table of known keys."""
     model, _ = _strip(_annotation_at(root, loc))
     if not _is_model(model):
-        return "no such key"
-    keys = [field.alias or name for name, field in model.model_fields.items()]
-    return "one of the keys " + ", ".join(keys)
+        return None
+    return [field.alias or name for name, field in model.model_fields.items()]
+
+
+def _known_keys(root: type[BaseModel], loc: Sequence[str | int]) -> str:
+    keys = _known_key_names(root, loc)
+    return "no such key" if keys is None else "one of the keys " + ", ".join(keys)
+
+
+def _did_you_mean(root: type[BaseModel], loc: Sequence[str | int]) -> str:
+    """` (did you mean K?)` for an unknown key close to a known one (difflib's ratio >= 0.6)."""
+    keys = _known_key_names(root, loc[:-1]) or []
+    close = difflib.get_close_matches(str(loc[-1]), keys, n=1)
+    return f" (did you mean {close[0]}?)" if close else ""
 
 
 _SHOWN_LENGTH = 80

@@ -306,3 +306,15 @@ def test_a_toml_date_is_refused_where_any_value_is_expected() -> None:
         "  expected: no TOML date or time",
         '  found:    a string "2026-01-01"',
     ]
+
+
+def test_an_unknown_key_close_to_a_known_one_is_named(tmp_path: Path) -> None:
+    text = TINY_CPU.read_text()
+    text = text.replace("fresh_starts = 2", "fresh_start = 2").replace(
+        "description =", "descripton ="
+    )
+    path = tmp_path / "typos.toml"
+    path.write_text(text)
+    found = _diagnostics(path)
+    assert "      found:    key fresh_start (did you mean fresh_starts?)" in found
+    assert "      found:    key descripton (did you mean description?)" in found
