@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import io
+import json
 import tempfile
 import tomllib
 from collections.abc import Sequence
@@ -16,6 +17,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from schemas import assert_valid
 
+from repro_serving.builder import tinymodel
 from repro_serving.builder.cli import main
 from repro_serving.builder.manifest import schema_document, shipped_schema
 
@@ -213,3 +215,30 @@ def test_an_unknown_kernel_set_is_refused_naming_the_manifest_key(
     assert "error: no such kernel set" in error
     assert f"{manifest}: native.kernel_sets[1]" in error
     assert "expected: one of cpu, cuda, laguna-b70, xpu" in error
+
+
+def test_deep_hashes_each_model_where_this_host_resolves_it(tmp_path: Path) -> None:
+    """`--deep` names the directory a relative model path resolves to and refuses a release
+    file other than pinned (exit 1), naming the path, not its placeholder."""
+    tinymodel.generate(tmp_path / "build" / "tiny-llama")
+    (tmp_path / "manifests").mkdir()
+    text = TINY_CPU.read_text()
+    suite = TINY_CPU.parent / "suites" / "tiny-cpu.json"
+    manifest = tmp_path / "manifests" / "tiny-cpu.toml"
+    manifest.write_text(text.replace('"suites/tiny-cpu.json"', json.dumps(str(suite))))
+    code, out, _ = run(["check", str(manifest), "--deep", "--json"])
+    document = json.loads(out)
+    directory = str(tmp_path / "build" / "tiny-llama")
+    assert (code, document["ok"]) == (0, True)
+    assert document["models_checked"] == [
+        {"role": "target", "directory": directory, "files": 6, "problems": []}
+    ]
+    weights = tmp_path / "build" / "tiny-llama" / "model.safetensors"
+    data = bytearray(weights.read_bytes())
+    data[-1] ^= 0xFF
+    weights.write_bytes(bytes(data))
+    code, out, _ = run(["check", str(manifest), "--deep"])
+    assert code == 1
+    assert f"model target at {directory}: 6 file(s) hashed, 1 problem(s)" in out
+    assert f"{directory}/model.safetensors: a release file of the model is not the pinned" in out
+    assert "{model.target}" not in out.split("model target at")[1]

@@ -2,13 +2,18 @@
 
 The plan is what `repro build` will resolve on a host: models and their release files, sources,
 packages, native modules, kernel sets and allowed roots, the launch command with its
-placeholders, profiles, the oracle suite and every gate that will run. Nothing is observed.
+placeholders, profiles, the oracle suite and every gate that will run. Nothing is observed,
+unless `--deep`: then each model's directory is resolved on this host, named, and every release
+file hashed against its pin (what `repro build` would refuse 20 s later, in the time the hashing
+takes); exit 1 when one does not hold.
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import shlex
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, Literal
 
@@ -28,6 +33,7 @@ from repro_serving.builder.manifest import (
     Suite,
 )
 from repro_serving.builder.native.kernels import KernelSet
+from repro_serving.builder.progress import say
 from repro_serving.builder.render import Output, Report, console, table, write_report
 
 
@@ -163,12 +169,27 @@ class Plan(Output):
     """Null unless the manifest imports a record (`[evidence]`)."""
 
 
-class CheckOutput(Report):
-    """`repro check --json`: the manifest is valid, and its plan."""
+class ModelCheck(Output):
+    """`--deep`: one model as this host has it."""
 
-    ok: Literal[True] = True
+    role: str
+    directory: str
+    """Resolved on this host (the manifest's directory for a relative path)."""
+    files: int
+    """Release files hashed."""
+    problems: tuple[str, ...]
+    """Each way the directory disagrees with the pins (as `repro build` would say it)."""
+
+
+class CheckOutput(Report):
+    """`repro check --json`: the manifest is valid, and its plan (`ok`: false only where
+    `--deep` found a model other than pinned)."""
+
+    ok: bool = True
     manifest: str
     plan: Plan
+    models_checked: tuple[ModelCheck, ...] | None = None
+    """`--deep` only: every model resolved and hashed on this host."""
 
 
 REPORT = CheckOutput
@@ -178,17 +199,60 @@ REPORT = CheckOutput
 def configure_parser(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("manifest", type=Path, help="the manifest TOML file")
     parser.add_argument("--json", action="store_true", help="print the plan as JSON")
+    parser.add_argument(
+        "--deep",
+        action="store_true",
+        help="also resolve every model's directory on this host and hash its release files",
+    )
 
 
 def execute(args: argparse.Namespace) -> int:
     manifest = Manifest.from_path(args.manifest)
     suite = manifest.load_suite()
     document = plan(manifest, suite)
+    checked = deep_models(manifest) if args.deep else None
+    ok = checked is None or not any(model.problems for model in checked)
     if args.json:
-        write_report(CheckOutput(manifest=str(args.manifest), plan=document))
+        write_report(
+            CheckOutput(ok=ok, manifest=str(args.manifest), plan=document, models_checked=checked)
+        )
     else:
         print_plan(str(args.manifest), document)
-    return ExitCode.PASS
+        if checked is not None:
+            _print_models(checked)
+    return ExitCode.PASS if ok else ExitCode.CHECK_FAILED
+
+
+def deep_models(manifest: Manifest) -> tuple[ModelCheck, ...]:
+    """Every model's directory resolved on this host and its release files hashed against the
+    pins, each problem with the placeholder of its directory replaced by the path."""
+    from repro_serving.builder.observe import models  # hashing: only what --deep runs imports
+
+    found = []
+    for model in manifest.models:
+        directory = Path(os.path.normpath(model.directory(manifest.resolve(".")).absolute()))
+        placeholder = f"{{model.{model.role}}}"
+        say(f"hashing the {len(model.files)} release file(s) of model {model.role} in {directory}")
+        facts = models.observe_model(model, directory, {f"model.{model.role}": str(directory)})
+        problems = tuple(
+            f"{drift.subject}: {drift.why}: expected {drift.expected}, found {drift.observed}"
+            .replace(placeholder, str(directory))
+            for drift in models.compare(model, facts)
+        )  # fmt: skip
+        files = sum(1 for f in facts.files if f.sha256 is not None)
+        found.append(ModelCheck(role=model.role, directory=str(directory), files=files,
+                                problems=problems))  # fmt: skip
+    return tuple(found)
+
+
+def _print_models(checked: Sequence[ModelCheck]) -> None:
+    out = console()
+    for model in checked:
+        verdict = "as pinned" if not model.problems else f"{len(model.problems)} problem(s)"
+        line = f"model {model.role} at {model.directory}: {model.files} file(s) hashed, {verdict}"
+        out.print(escape(line), soft_wrap=True)  # a path a user copies: never broken
+        for problem in model.problems:
+            out.print(escape(f"  {problem}"), soft_wrap=True)
 
 
 def plan(manifest: Manifest, suite: Suite) -> Plan:
