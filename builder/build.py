@@ -174,6 +174,28 @@ def staged_readme(staged: Path) -> bytes:
     return render_readme(opened.lock, checks)
 
 
+def _models_here(found: Sequence[Drift], values: Mapping[str, str]) -> list[Drift]:
+    """`found` with each `{model.<role>}` replaced by that model's directory on this host: a
+    refusal names a path the user can look at (a bundle keeps the placeholder)."""
+    places = {f"{{{key}}}": path for key, path in values.items() if key.startswith("model.")}
+
+    def here(text: str) -> str:
+        for placeholder, path in places.items():
+            text = text.replace(placeholder, path)
+        return text
+
+    return [
+        drift.model_copy(
+            update={
+                "subject": here(drift.subject),
+                "expected": here(drift.expected),
+                "observed": here(drift.observed),
+            }
+        )
+        for drift in found
+    ]
+
+
 def _build_live(
     manifest: Manifest,
     manifest_path: Path,
@@ -191,7 +213,11 @@ def _build_live(
     observed = observe(manifest)
     found = drifts(manifest, observed)
     if found:
-        raise BuildRefused("this host does not hold the manifest", found, where=str(manifest_path))
+        raise BuildRefused(
+            "this host does not hold the manifest",
+            _models_here(found, observed.values),
+            where=str(manifest_path),
+        )
     say("pinning the wheel each distribution was installed from")
     artifacts = pinned_artifacts(observed)
     teacher_profile = manifest.oracle.teacher

@@ -22,7 +22,7 @@ from bundle_assets import resealed
 from conftest import REPO_ROOT, SERVE_VENV, TINY_MANIFEST
 
 from repro_serving.builder import tinymodel
-from repro_serving.builder.build import BuildResult, build
+from repro_serving.builder.build import BuildRefused, BuildResult, build
 from repro_serving.builder.drift import DriftKind
 from repro_serving.builder.manifest import Manifest
 from repro_serving.builder.replay import launch
@@ -464,3 +464,21 @@ def test_a_launch_replays_the_bundle_and_seals_a_run_that_verifies(
     assert [r["token_ids_sha256"] for r in lock["oracle"]["rows"]] == [
         r["token_ids_sha256"] for r in teacher
     ]
+
+
+def test_a_missing_model_directory_is_refused_naming_its_path(tmp_path: Path) -> None:
+    """Before any server starts, the refusal names the directory this host resolved, not the
+    `{model.target}` placeholder a bundle keeps."""
+    (tmp_path / "manifests").mkdir()
+    (tmp_path / ".venv-serve").symlink_to(SERVE_VENV)
+    suite = TINY_MANIFEST.parent / "suites" / "tiny-cpu.json"
+    text = TINY_MANIFEST.read_text().replace('"suites/tiny-cpu.json"', json.dumps(str(suite)))
+    manifest = tmp_path / "manifests" / "tiny-cpu.toml"
+    manifest.write_text(text)
+    (tmp_path / "bundles").mkdir()
+    with pytest.raises(BuildRefused) as refused:
+        build(manifest, KEY, tmp_path / "bundles", tmp_path / "run")
+    (drift,) = refused.value.drifts
+    assert drift.kind is DriftKind.MODEL_DIRECTORY
+    assert drift.expected == f"a directory at {tmp_path / 'build' / 'tiny-llama'}"
+    assert list((tmp_path / "bundles").iterdir()) == []
