@@ -88,8 +88,14 @@ class BuildRefused(ReproError):
     """A pin disagrees with this host or the teacher run failed: no bundle is written."""
 
     def __init__(self, what: str, drifts: Sequence[Drift], *, where: str) -> None:
-        super().__init__(what, where=where, found=f"{len(drifts)} drift(s)")
+        named = "; ".join(f"{d.subject}: {d.observed}" for d in drifts[:3])
+        more = f"; and {len(drifts) - 3} more" if len(drifts) > 3 else ""
+        super().__init__(what, where=where, found=f"{len(drifts)} drift(s): {named}{more}")
         self.drifts = tuple(drifts)
+
+    def __str__(self) -> str:
+        """What a traceback shows: the drifts too, so that a refused build in a log says why."""
+        return f"{self.what}: {self.found}"
 
 
 @dataclass(frozen=True)

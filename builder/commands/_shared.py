@@ -3,6 +3,7 @@ a refusal listing drifts, for people and as `--json` (the keys are `_keys`')."""
 
 from __future__ import annotations
 
+from collections import Counter
 from pathlib import Path
 from typing import Literal, Self
 
@@ -102,16 +103,31 @@ class RefusedOutput(Report):
     drifts: tuple[Drift, ...]
 
 
-def print_report(report: VerifyReport) -> None:
+def print_report(report: VerifyReport, *, details: bool = False) -> None:
+    """The verdict on one screen: how many claims were recomputed and of which class, a table
+    of those that do not hold (of every claim with `details`), each finding and difference,
+    and the verdict line."""
     out = console()
+    numbered = list(enumerate(report.checks, start=1))
+    shown = numbered if details else [(n, c) for n, c in numbered if not c.ok]
     if report.checks:
+        classes = Counter(c.evidence.value for c in report.checks)
+        failed = sum(not c.ok for c in report.checks)
+        out.print(
+            f"{report.bundle}: {len(report.checks)} claims recomputed from the sealed evidence ("
+            + ", ".join(f"{count} {name}" for name, count in sorted(classes.items()))
+            + ("), every one holds" if not failed else f"), {failed} do not hold")
+            + ("" if details or failed else "; --details lists them")
+        )
+    if shown:
         out.print(
             table(
-                f"{report.bundle}: claims recomputed from the sealed evidence",
+                f"{report.bundle}: claims recomputed from the sealed evidence"
+                + ("" if details else ", those that do not hold"),
                 ("#", "claim", "class", "value", "ok", "detail"),
                 (
                     (str(n), c.claim, c.evidence.value, c.value, "yes" if c.ok else "NO", c.detail)
-                    for n, c in enumerate(report.checks, start=1)
+                    for n, c in shown
                 ),
             )
         )
@@ -121,7 +137,7 @@ def print_report(report: VerifyReport) -> None:
         out.print(difference_table(report.differences))
     if report.stopped:
         out.print(report.stopped)
-    signers = ", ".join(k[:16] for k in report.key_ids) or "nobody"
+    signers = ", ".join(k[:16] for k in report.key_ids) or "no key you trust"
     verdict = "PASS" if report.ok else "FAIL"
     differing = f", {len(report.differences)} difference(s) the manifest allows" * (
         bool(report.differences)

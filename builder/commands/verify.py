@@ -42,6 +42,9 @@ def configure_parser(parser: argparse.ArgumentParser) -> None:
         "(default: that of the manifest as the build was given it)",
     )
     parser.add_argument("--json", action="store_true", help="machine-readable report")
+    parser.add_argument(
+        "--details", action="store_true", help="list every claim, not only those that fail"
+    )
 
 
 def execute(args: argparse.Namespace) -> int:
@@ -59,5 +62,5 @@ def execute(args: argparse.Namespace) -> int:
     if args.json:
         write_report(VerifyOutput.of(report))
     else:
-        print_report(report)
+        print_report(report, details=args.details)
     return int(ExitCode.PASS if report.ok else ExitCode.CHECK_FAILED)
