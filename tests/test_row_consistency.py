@@ -36,7 +36,9 @@ from repro_serving.launch.consistency import (
 from repro_serving.launch.evidence import OracleRow, Rows
 from repro_serving.launch.historical import load_bench
 
-TINY = REPO_ROOT / "repro" / "tiny-cpu"
+TINY = REPO_ROOT / "tests" / "evidence" / "tiny-cpu" / "record"
+"""A real record of the tiny stack, frozen: the committed bundle of that name before it was
+sealed again (its values are named in the expectations below; a new seal does not move them)."""
 TWO_NODE = REPO_ROOT / "repro" / "tiny-cpu-2node"
 LAGUNA = REPO_ROOT / "repro" / "laguna-102tps"
 ROWS = "evidence/start-1/rows.json"

@@ -1019,9 +1019,9 @@ START_LIES: dict[str, tuple[Edit, str, str]] = {
     "a worker logging before it started": (
         _worker_logging_before_it_started,
         "fresh starts",
-        "start-1/server.log: a line of pid 11776 (worker) dated 12-06 01:27:55 (12-06 01:27:55 "
+        "start-1/server.log: a line of pid 25394 (worker) dated 12-06 05:17:06 (12-06 05:17:06 "
         "UTC, read in UTC+00:00, the zone the start's lines fit): expected no earlier than a "
-        "second before pid 11776 started at 12-06 01:28:08 UTC",
+        "second before pid 25394 started at 12-06 05:17:20 UTC",
     ),
     "a stack ready before its server listened": (
         _json(
@@ -1029,8 +1029,8 @@ START_LIES: dict[str, tuple[Edit, str, str]] = {
             lambda d: d.update(ready_at=d["ready_at"] - 8, ready_after_s=d["ready_after_s"] - 8),
         ),
         "fresh starts",
-        "start-1/server.json: ready_at 1796520490.1284993 (12-06 01:28:10 UTC): expected no "
-        "earlier than a second before the log's 'Starting vLLM server on' dated 12-06 01:28:17",
+        "start-1/server.json: ready_at 1796534240.9266844 (12-06 05:17:20 UTC): expected no "
+        "earlier than a second before the log's 'Starting vLLM server on' dated 12-06 05:17:28",
     ),
     "start 2's log read in another time zone than start 1's": (
         _dated_later(2, 3600),
@@ -1041,8 +1041,8 @@ START_LIES: dict[str, tuple[Edit, str, str]] = {
     "uvicorn serving from the worker": (
         _uvicorn_naming_the_worker,
         "fresh starts",
-        "start-2/server.log: uvicorn's 'Started server process [11884]': expected pid 11852 "
-        "(api_server), the root of the sealed audit, found pid 11884 (worker)",
+        "start-2/server.log: uvicorn's 'Started server process [25508]': expected pid 25478 "
+        "(api_server), the root of the sealed audit, found pid 25508 (worker)",
     ),
     "two prompts answered with the same ids and other texts": (
         _json("evidence/start-1/rows.json", _the_same_ids_for_two_prompts),
@@ -1052,14 +1052,14 @@ START_LIES: dict[str, tuple[Edit, str, str]] = {
     "a suite request counted before the server was ready": (
         _chat_counted_early,
         "start-1 rows",
-        "expected a time no earlier than evidence/start-1/server.json ready_at (1796520498.1284993)"
+        "expected a time no earlier than evidence/start-1/server.json ready_at (1796534248.9266844)"
         ": the suite's first request came after it",
     ),
     "vLLM's counters created before its engine core started": (
         _vllm_created_at_spawn,
         "start-1 rows",
         "expected a time no earlier than the engine core's started_at in evidence/start-1/audit "
-        "(1796520482.38; 1 s of slack)",
+        "(1796534235.52; 1 s of slack)",
     ),
     "python_info of another interpreter than the observations state": (
         _reads(2, lambda t: t.replace(*OTHER_PYTHON)),
