@@ -35,13 +35,9 @@ def rows_of(bundle: str, start: int) -> tuple[OracleRow, ...]:
 
 
 def delayed(row: OracleRow, token: int, seconds: float) -> OracleRow:
-    """The row as if the server paused `seconds` before the read that brought `token`."""
-    read = row.token_reads[token] if row.token_reads is not None else None
-    first = next(
-        i for i in range(len(row.token_offsets_s))
-        if read is None or row.token_reads is None or row.token_reads[i] == read
-    )  # fmt: skip
-    offsets = [t + (seconds if i >= first else 0.0) for i, t in enumerate(row.token_offsets_s)]
+    """The row as if the server paused `seconds` before the read that brought `token`, the
+    first token of its read (as `latency.gaps` names each gap)."""
+    offsets = [t + (seconds if i >= token else 0.0) for i, t in enumerate(row.token_offsets_s)]
     return OracleRow.model_validate(row.model_dump() | {"token_offsets_s": tuple(offsets)})
 
 
@@ -109,9 +105,7 @@ def _verdict(gates_: Gates, evidence: RunEvidence, name: str) -> gates.Verdict:
 def test_a_planted_two_second_stall_fails_the_stall_gate_naming_start_prompt_and_token() -> None:
     first, second = rows_of("tiny-cpu", 1), list(rows_of("tiny-cpu", 2))
     index = next(i for i, row in enumerate(second) if row.prompt_id == "code")
-    token = next(t for t in range(17, 32) if latency.gaps(second[index]) and t in {
-        gap.token for gap in latency.gaps(second[index])
-    })  # fmt: skip
+    token = next(gap.token for gap in latency.gaps(second[index]) if gap.token >= 17)
     second[index] = delayed(second[index], token, 2.0)
     declared = Gates(fresh_starts=2, stall=StallGate(factor=20, min_ms=1000))
     honest = _verdict(declared, _evidence(first, rows_of("tiny-cpu", 2)), "stall")
