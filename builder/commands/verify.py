@@ -1,7 +1,9 @@
 """Prove a bundle intact and recompute every claim of its lock from the sealed evidence.
 
 Offline by default: the DSSE signature against a trusted key, every file's sha256, no file
-missing or extra, then each claim recomputed with its evidence class printed beside it.
+missing or extra, then each claim recomputed with its evidence class printed beside it. BUNDLE
+is a directory, or an archive of one written by `repro pack` (unpacked into a temporary
+directory for the verification).
 `--host` also observes this machine and compares it with the manifest and the lock, starting
 nothing. Exit 0 when everything holds, 1 on any drift or failed claim.
 """
@@ -10,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import dataclasses
 import sys
 from pathlib import Path
 
@@ -19,6 +22,7 @@ from repro_serving.builder.commands._keys import add_trust_arguments, trusted
 from repro_serving.builder.commands._shared import Verification, print_report
 from repro_serving.builder.errors import ExitCode
 from repro_serving.builder.render import Report, write_report
+from repro_serving.builder.sealing.archive import bundle_directory
 from repro_serving.builder.sealing.integrity import bundle_path
 from repro_serving.builder.verify import verify
 
@@ -57,8 +61,9 @@ def execute(args: argparse.Namespace) -> int:
         from rich.status import Status  # the spinner, only where someone watches it
 
         shown = Status(f"verifying {bundle}: {what}", console=Console(stderr=True))
-    with shown:
-        report = verify(bundle, trusted(args), host=args.host, anchor=args.anchor)
+    with shown, bundle_directory(bundle) as directory:
+        report = verify(directory, trusted(args), host=args.host, anchor=args.anchor)
+    report = dataclasses.replace(report, bundle=bundle)  # the archive, where one was named
     if args.json:
         write_report(VerifyOutput.of(report))
     else:
