@@ -224,6 +224,8 @@ def test_the_teacher_run_reproduces_its_token_ids_from_two_fresh_starts(
         "spec_decode": VerdictStatus.NOT_APPLICABLE,
         "throughput": VerdictStatus.NOT_APPLICABLE,
         "fresh_starts": VerdictStatus.PASS,
+        "stall": VerdictStatus.PASS,
+        "latency": VerdictStatus.PASS,
         "live_audit:start-1": VerdictStatus.PASS,
         "live_audit:start-2": VerdictStatus.PASS,
         "server_log:start-1": VerdictStatus.PASS,
