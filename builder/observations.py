@@ -22,7 +22,7 @@ from repro_serving.builder.drift import Drift, DriftKind
 from repro_serving.builder.errors import NotObservable, ReproError
 from repro_serving.builder.lock import HostFacts as HostFactsClaim
 from repro_serving.builder.lock import WheelArtifact
-from repro_serving.builder.manifest import Manifest
+from repro_serving.builder.manifest import Manifest, Model
 from repro_serving.builder.observe import host as host_observer
 from repro_serving.builder.observe import models as model_observer
 from repro_serving.builder.observe import python as python_observer
@@ -218,8 +218,14 @@ def _values(manifest: Manifest) -> tuple[dict[str, str], Venv | None, list[Drift
             "site": str(root / "lib" / f"python{version}" / "site-packages"),
         }
     for model in manifest.models:
-        values[f"model.{model.role}"] = str(_normal(model.directory(manifest.resolve("."))))
+        values[f"model.{model.role}"] = str(model_directory(manifest, model))
     return values, venv, problems
+
+
+def model_directory(manifest: Manifest, model: Model) -> Path:
+    """Where `model` lives on this host: its path or hub snapshot against the manifest's
+    directory, absolute and normalised (the value of `{model.<role>}`)."""
+    return _normal(model.directory(manifest.resolve(".")))
 
 
 def _unobservable(fact: str, error: ReproError) -> Drift:

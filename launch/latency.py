@@ -81,12 +81,6 @@ class Distribution:
         p50, p90, p99 = (percentile(values, q) for q in PERCENTILES)
         return cls(len(values), p50, p90, p99, max(values))
 
-    def shown(self) -> str:
-        return (
-            f"p50 {self.p50 * 1000:.1f} ms, p90 {self.p90 * 1000:.1f} ms, "
-            f"p99 {self.p99 * 1000:.1f} ms (max {self.max * 1000:.1f} ms, n={self.count})"
-        )
-
     def as_details(self) -> dict[str, float | int]:
         return {
             "count": self.count,

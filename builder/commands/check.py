@@ -11,7 +11,6 @@ takes); exit 1 when one does not hold.
 from __future__ import annotations
 
 import argparse
-import os
 import shlex
 from collections.abc import Sequence
 from pathlib import Path
@@ -226,11 +225,13 @@ def execute(args: argparse.Namespace) -> int:
 def deep_models(manifest: Manifest) -> tuple[ModelCheck, ...]:
     """Every model's directory resolved on this host and its release files hashed against the
     pins, each problem with the placeholder of its directory replaced by the path."""
-    from repro_serving.builder.observe import models  # hashing: only what --deep runs imports
+    # hashing and observing: only what --deep runs imports
+    from repro_serving.builder.observations import model_directory
+    from repro_serving.builder.observe import models
 
     found = []
     for model in manifest.models:
-        directory = Path(os.path.normpath(model.directory(manifest.resolve(".")).absolute()))
+        directory = model_directory(manifest, model)
         placeholder = f"{{model.{model.role}}}"
         say(f"hashing the {len(model.files)} release file(s) of model {model.role} in {directory}")
         facts = models.observe_model(model, directory, {f"model.{model.role}": str(directory)})

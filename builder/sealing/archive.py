@@ -15,7 +15,6 @@ bundle then proves is `repro verify`'s to say: an archive is only a way to carry
 
 from __future__ import annotations
 
-import hashlib
 import os
 import shutil
 import stat
@@ -27,6 +26,7 @@ from pathlib import Path, PurePosixPath
 from typing import Final
 
 from repro_serving.builder.errors import BadInput
+from repro_serving.builder.hashing import sha256_file
 
 SIZE_LIMIT: Final = 8 << 30
 """Bytes of file content an archive may unpack to: far above any bundle (its models are not in
@@ -63,7 +63,7 @@ def pack(bundle: Path, archive: Path) -> str:
         raise BadInput("the bundle cannot be packed", where=str(bundle), found=str(error)) from None
     finally:
         staged.unlink(missing_ok=True)
-    return sha256_of(archive)
+    return sha256_file(archive)
 
 
 def _entry(name: str, kind: bytes, mode: int) -> tarfile.TarInfo:
@@ -87,14 +87,6 @@ def _walk(root: Path) -> list[Path]:
             )
         found.append(path)
     return sorted(found, key=lambda p: p.relative_to(root).as_posix())
-
-
-def sha256_of(path: Path) -> str:
-    digest = hashlib.sha256()
-    with path.open("rb") as data:
-        for block in iter(lambda: data.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
 
 
 def unpack(archive: Path, into: Path) -> Path:
