@@ -157,3 +157,16 @@ def test_a_jit_pattern_outside_home_and_tmpdir_or_with_another_placeholder_is_re
         with pytest.raises(BadInput) as refused:
             KernelSet.load("bad", tmp_path)
         assert "jit" in str(refused.value.diagnostics()), pattern
+
+
+def test_vllm_compile_cache_launchers_are_jit_under_the_cuda_set() -> None:
+    """vLLM's torch.compile moves Triton's cache into its own (TRITON_CACHE_DIR under
+    ~/.cache/vllm/torch_compile_cache/<hash>/rank_0_0/triton_cache): a launcher built there is
+    JIT under the cuda set, the same file name elsewhere in HOME is not."""
+    platform = KernelSet.load("cuda").platform
+    launcher = "__triton_launcher.cpython-312-x86_64-linux-gnu.so"
+    cache = "/root/.cache/vllm/torch_compile_cache/0f1e2d3c4b/rank_0_0/triton_cache/ABCDEF"
+    found = classify(f"{cache}/{launcher}", "unexplained", platform, ROOT_ENVIRON)[0]
+    assert found is Category.JIT
+    elsewhere = classify(f"/root/.cache/other/{launcher}", "unexplained", platform, ROOT_ENVIRON)
+    assert elsewhere[0] is Category.UNEXPECTED
