@@ -15,11 +15,13 @@ from __future__ import annotations
 
 import csv
 import io
+import os
 import subprocess
 import sys
 import tempfile
 import zipfile
 from collections.abc import Iterable, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Final
@@ -29,6 +31,8 @@ from repro_serving.builder.lock import WheelArtifact
 from repro_serving.builder.observe.python import Distribution, normalize, record_entries
 
 DOWNLOAD_TIMEOUT_S: Final = 1800.0
+DOWNLOAD_WORKERS: Final = min(8, os.cpu_count() or 1)
+"""pip downloads run at once when each distribution is asked for alone."""
 
 
 @dataclass(frozen=True)
@@ -66,8 +70,11 @@ def download(
 ) -> subprocess.CompletedProcess[str]:
     """`pip download --no-deps` of `requirements` for `python`, wheels only, into
     `destination`, through the package index pip is configured with."""
-    listing = destination / "requirements.txt"
     destination.mkdir(parents=True, exist_ok=True)
+    # a listing of its own: several downloads may share `destination` at once
+    handle, name = tempfile.mkstemp(prefix="requirements-", suffix=".txt", dir=destination)
+    os.close(handle)
+    listing = Path(name)
     listing.write_text("".join(f"{line}\n" for line in requirements))
     command = pip_command(
         python,
@@ -96,9 +103,15 @@ def resolve_artifacts(
         requirements = [f"{d.name}=={d.version}" for d in distributions]
         unresolved: dict[str, str] = {}
         if download(python, requirements, directory).returncode != 0:
-            # One missing distribution fails the whole download: ask for each alone.
-            for distribution in distributions:
-                done = download(python, [f"{distribution.name}=={distribution.version}"], directory)
+            # One missing distribution fails the whole download: ask for each alone, several
+            # at once (a venv of a few hundred distributions that an offline wheelhouse serves
+            # only in part would otherwise wait for one pip start after another).
+            def alone(distribution: Distribution) -> subprocess.CompletedProcess[str]:
+                return download(python, [f"{distribution.name}=={distribution.version}"], directory)
+
+            with ThreadPoolExecutor(max_workers=DOWNLOAD_WORKERS) as pool:
+                answers = list(pool.map(alone, distributions))
+            for distribution, done in zip(distributions, answers, strict=True):
                 if done.returncode != 0:
                     unresolved[distribution.key] = "the package index serves no wheel of it: " + (
                         _last_line(done.stderr)
