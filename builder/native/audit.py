@@ -6,8 +6,9 @@ object that no other object's search explains is a dlopen root, and `dlopen_clos
 root, with the startup objects already loaded, predicts its dependencies. Every mapped ELF then
 carries a rule (startup, preload, dlopen, dependency) and the loader's reason, and every
 disagreement is a `Drift`: a mapping from outside the allowed roots, LD_PRELOAD, origin drift
-(the emulation names one file, the process maps another with the same name), a need nothing
-satisfies, a deleted or replaced file, a declared module no process maps, a process that
+(the emulation names one file, the process maps another with the same name, unless that one
+has the need as its SONAME: glibc reuses a loaded object by SONAME before any search), a need
+nothing satisfies, a deleted or replaced file, a declared module no process maps, a process that
 could not be read, or process roles other than declared.
 
 `judge` takes the tree snapshot, the loader configuration and a file-system view as inputs; the
@@ -130,6 +131,8 @@ class _Explainer:
     mapped: dict[FileId, MappedFile]
     names: Mapping[FileId, frozenset[str]]
     """Each mapped object's file name and SONAME: the names a need can match it by."""
+    sonames: Mapping[FileId, str] = field(default_factory=dict)
+    """Each mapped object's SONAME, where it has one."""
     verdicts: dict[FileId, ObjectVerdict] = field(default_factory=dict)
     drifts: list[Drift] = field(default_factory=list)
 
@@ -165,6 +168,14 @@ class _Explainer:
         file_id = resolution.file_id
         if file_id in self.mapped:
             return
+        if self._mapped_by_soname(resolution.need) is not None:
+            # glibc matches a need against the SONAME of every object already loaded before it
+            # searches (_dl_map_object). The file the search would find is not mapped and an
+            # object of that SONAME is: so that object was loaded first (a dlopen by path, as
+            # torch loads its CUDA libraries, or another requester's search) and this need was
+            # satisfied by it. Which came first is not in the maps; that object's own loading
+            # is judged on its own, like every mapping.
+            return
         other = self._mapped_by_name(resolution.need)
         if other is None:
             self.drifts.append(
@@ -179,6 +190,12 @@ class _Explainer:
             )
             return
         self.drifts.append(_origin_drift(self, resolution, other))
+
+    def _mapped_by_soname(self, need: str) -> MappedFile | None:
+        for file_id in self.process.files:
+            if file_id in self.mapped and self.sonames.get(file_id) == need:
+                return self.mapped[file_id]
+        return None
 
     def _mapped_by_name(self, need: str) -> MappedFile | None:
         base = posixpath.basename(need)
@@ -223,7 +240,8 @@ def _audit_process(
     """`places`: what places the process's JIT directories (`rules.inherited_environments`)."""
     mapped = {fid: files[fid] for fid in process.files if fid in files and files[fid].is_elf}
     names = {fid: _names(files[fid].path, elves.get(fid)) for fid in mapped}
-    explainer = _Explainer(process, mapped, names)
+    sonames = {fid: info.soname for fid in mapped if (info := elves.get(fid)) and info.soname}
+    explainer = _Explainer(process, mapped, names, sonames)
     if process.error is not None or process.exe is None:
         explainer.drifts.append(
             Drift(
