@@ -88,12 +88,10 @@ class HostFacts:
 
     def to_json(self) -> dict[str, object]:
         """Everything observed, with the vendor's name: the form `evidence/observations.json`
-        seals (`builder.observations`), read back into these dataclasses."""
-        document = asdict(self)
-        document["accelerators"] = [
-            {**asdict(a), "vendor_device": a.vendor_device} for a in self.accelerators
-        ]
-        return document
+        seals (`builder.observations`), read back into these dataclasses. Only their fields:
+        `vendor_device` is derived from `vendor` and `device` and read back as a property (a
+        key of its own made every sealed document with an accelerator unreadable)."""
+        return asdict(self)
 
 
 def observe_host(root: Path = Path("/")) -> HostFacts:
