@@ -133,6 +133,10 @@ class _Explainer:
     """Each mapped object's file name and SONAME: the names a need can match it by."""
     sonames: Mapping[FileId, str] = field(default_factory=dict)
     """Each mapped object's SONAME, where it has one."""
+    substitutes: dict[str, str] = field(default_factory=dict)
+    """A file the emulation loaded but the process does not map → the mapped object of its
+    SONAME and bytes that met its need (`met_by_soname`): the requester its dependencies name."""
+    _shas: dict[str | None, str | None] = field(default_factory=dict)
     verdicts: dict[FileId, ObjectVerdict] = field(default_factory=dict)
     drifts: list[Drift] = field(default_factory=list)
 
@@ -168,13 +172,7 @@ class _Explainer:
         file_id = resolution.file_id
         if file_id in self.mapped:
             return
-        if self._mapped_by_soname(resolution.need) is not None:
-            # glibc matches a need against the SONAME of every object already loaded before it
-            # searches (_dl_map_object). The file the search would find is not mapped and an
-            # object of that SONAME is: so that object was loaded first (a dlopen by path, as
-            # torch loads its CUDA libraries, or another requester's search) and this need was
-            # satisfied by it. Which came first is not in the maps; that object's own loading
-            # is judged on its own, like every mapping.
+        if self.met_by_soname(resolution) is not None:
             return
         other = self._mapped_by_name(resolution.need)
         if other is None:
@@ -191,11 +189,37 @@ class _Explainer:
             return
         self.drifts.append(_origin_drift(self, resolution, other))
 
-    def _mapped_by_soname(self, need: str) -> MappedFile | None:
-        for file_id in self.process.files:
-            if file_id in self.mapped and self.sonames.get(file_id) == need:
-                return self.mapped[file_id]
-        return None
+    def met_by_soname(self, resolution: Resolution) -> MappedFile | None:
+        """The mapped object that met `resolution`'s need where the emulation's search names a
+        file the process does not map: one whose SONAME is the need and whose bytes are the
+        searched file's. glibc matches a need against the SONAME of every object already
+        loaded before it searches (_dl_map_object): the searched file is not mapped and such an
+        object is, so it was loaded first (a dlopen by path, as torch loads its CUDA runtime
+        from site-packages, or another requester's search) and met this need. The order of
+        loads is not in the maps; that object's own loading is judged on its own, like every
+        mapping. Other bytes under that SONAME stay a drift."""
+        if resolution.file_id is None or resolution.file_id in self.mapped:
+            return None
+        candidates = [
+            self.mapped[fid]
+            for fid in self.process.files
+            if fid in self.mapped and self.sonames.get(fid) == resolution.need
+        ]
+        if not candidates:
+            return None
+        if resolution.path not in self._shas:
+            self._shas[resolution.path] = _sha_of_path(resolution.path)
+        predicted = self._shas[resolution.path]
+        same = [c for c in candidates if predicted is not None and c.sha256 == predicted]
+        if not same:
+            return None
+        if resolution.path is not None:
+            self.substitutes.setdefault(resolution.path, same[0].path)
+        return same[0]
+
+    def requester_of(self, resolution: Resolution) -> str:
+        """The object a dependency was loaded for, as the process maps it."""
+        return self.substitutes.get(resolution.requester, resolution.requester)
 
     def _mapped_by_name(self, need: str) -> MappedFile | None:
         base = posixpath.basename(need)
@@ -334,13 +358,18 @@ def _explain_runtime(
             continue
         # The first resolution is the dlopen itself; the first new object is the root.
         dependencies = closure.resolutions[1:]
+        for need in dependencies:
+            # a need met by a mapped object of its SONAME: what the emulation loaded for the
+            # file it searched was loaded for that object (the same bytes, the same needs)
+            explainer.met_by_soname(need)
         if closure.order:
             explainer.explain(closure.order[0], "dlopen", "loaded at run time (dlopen)", None)
         by_path = _loading_resolutions(dependencies)
         for obj in closure.order[1:]:
             resolution = by_path.get(obj.path)
             if resolution is not None:
-                explainer.explain(obj, "dependency", resolution.reason, resolution.requester)
+                requester = explainer.requester_of(resolution)
+                explainer.explain(obj, "dependency", resolution.reason, requester)
         for resolution in dependencies:
             explainer.check_resolution(resolution)
         loaded.extend(closure.order)
