@@ -65,7 +65,7 @@ def _add_globals(parser: argparse.ArgumentParser, default: object) -> None:
 
 class _Version(argparse.Action):
     """`--version`: the distribution and the version of the repro that runs, labelled with the
-    digest of its files (`builder.observe.release`), read only when asked."""
+    digest of its files (`builder.own.release`), read only when asked."""
 
     def __init__(self, option_strings: Sequence[str], dest: str, **_: object) -> None:
         super().__init__(
@@ -83,7 +83,7 @@ class _Version(argparse.Action):
         values: object,
         option_string: str | None = None,
     ) -> None:
-        from repro_serving.builder.observe.release import repro_version
+        from repro_serving.builder.own.release import repro_version
 
         try:
             print(f"{DISTRIBUTION} {repro_version()}")

@@ -35,43 +35,8 @@ from repro_serving.builder.claims import (
     roles_claim,
 )
 from repro_serving.builder.documents import read_document, read_sealed
-from repro_serving.builder.drift import Difference, Drift, DriftKind
-from repro_serving.builder.errors import BadInput, ReproError
-from repro_serving.builder.freshstarts import StartEvidence, start_problems
-from repro_serving.builder.handoff.checks import handoff_checks
-from repro_serving.builder.hashing import sha256_bytes, sha256_file
-from repro_serving.builder.lock import EvidenceClass, Lock, OracleRowClaim, ThroughputClaim
-from repro_serving.builder.manifest import Manifest, Suite, expand
-from repro_serving.builder.native.auditreport import AuditDocument, AuditDrifts, ProcessEvidence
-from repro_serving.builder.native.kernels import KernelSet
-from repro_serving.builder.native.sealedaudit import Interpreter, manifest_policy, rejudge
-from repro_serving.builder.observations import (
-    OBSERVATIONS_FILE,
-    Observations,
-    ObservationsDocument,
-)
-from repro_serving.builder.observations import drifts as observation_drifts
-from repro_serving.builder.observe.dispatch import DISPATCH_FILE, Probes
-from repro_serving.builder.observe.host import HostFacts
-from repro_serving.builder.observe.python import version_matches
-from repro_serving.builder.observe.vllmargv import (
-    logged_argument_problems,
-    logged_host_problems,
-    logged_version_problems,
-)
-from repro_serving.builder.readers import LOCK_LIMIT, MANIFEST_LIMIT
-from repro_serving.builder.sealing import bundle
-from repro_serving.builder.sealing.bundle import KERNEL_SETS_DIR, SUITE_FILE, TEACHER_FILE
-from repro_serving.builder.sealing.integrity import BundleReport, verify_bundle
-from repro_serving.builder.sealing.keys import TrustedKeys
-from repro_serving.builder.sealing.statement import (
-    GateOutcome,
-    descriptor_differences,
-    gate_results_statement,
-    resolved_dependencies,
-)
-from repro_serving.launch import consistency, metrics, quality
-from repro_serving.launch.evidence import (
+from repro_serving.builder.documents.audit import AuditDocument, AuditDrifts, ProcessEvidence
+from repro_serving.builder.documents.evidence import (
     OracleRow,
     ReplayDocument,
     Rows,
@@ -84,8 +49,48 @@ from repro_serving.launch.evidence import (
     Verdicts,
     VerdictStatus,
 )
+from repro_serving.builder.documents.host import HostFacts
+from repro_serving.builder.documents.lock import (
+    EvidenceClass,
+    Lock,
+    OracleRowClaim,
+    ThroughputClaim,
+)
+from repro_serving.builder.documents.manifest import Manifest, Suite, expand
+from repro_serving.builder.documents.nodes import NodesDocument
+from repro_serving.builder.documents.observations import (
+    OBSERVATIONS_FILE,
+    Observations,
+    ObservationsDocument,
+)
+from repro_serving.builder.documents.observations import drifts as observation_drifts
+from repro_serving.builder.documents.probes import DISPATCH_FILE, Probes
+from repro_serving.builder.documents.python import version_matches
+from repro_serving.builder.drift import Difference, Drift, DriftKind
+from repro_serving.builder.errors import BadInput, ReproError
+from repro_serving.builder.freshstarts import StartEvidence, start_problems
+from repro_serving.builder.handoff.checks import handoff_checks
+from repro_serving.builder.hashing import sha256_bytes, sha256_file
+from repro_serving.builder.native.kernels import KernelSet
+from repro_serving.builder.native.sealedaudit import Interpreter, manifest_policy, rejudge
+from repro_serving.builder.readers import LOCK_LIMIT, MANIFEST_LIMIT
+from repro_serving.builder.sealing import bundle
+from repro_serving.builder.sealing.bundle import KERNEL_SETS_DIR, SUITE_FILE, TEACHER_FILE
+from repro_serving.builder.sealing.integrity import BundleReport, verify_bundle
+from repro_serving.builder.sealing.keys import TrustedKeys
+from repro_serving.builder.sealing.statement import (
+    GateOutcome,
+    descriptor_differences,
+    gate_results_statement,
+    resolved_dependencies,
+)
+from repro_serving.builder.vllmlog import (
+    logged_argument_problems,
+    logged_host_problems,
+    logged_version_problems,
+)
+from repro_serving.launch import consistency, metrics, quality
 from repro_serving.launch.gates import audit_verdict, judge_run, server_log_verdict
-from repro_serving.launch.nodes import NodesDocument
 from repro_serving.launch.rundir import (
     AUDIT_DIR,
     DRIFTS_FILE,
@@ -124,41 +129,28 @@ class VerifyReport:
         return not self.findings and all(check.ok for check in self.checks)
 
 
-def verify(
-    path: Path, trusted: TrustedKeys, *, host: bool = False, anchor: Path | None = None
-) -> VerifyReport:
-    """Verify the bundle at `path`; with `host`, re-observe this machine against it.
+def verify(path: Path, trusted: TrustedKeys, *, anchor: Path | None = None) -> VerifyReport:
+    """Verify the bundle at `path` from its sealed files alone. `builder.hostcheck.verify_here`
+    adds what this host is, against it (`--host`).
 
     `anchor` is the directory the manifest's relative paths resolve against on this host;
     by default the directory of the manifest as the build was given it, from here."""
+    return opened(path, trusted, anchor)[0]
+
+
+def opened(
+    path: Path, trusted: TrustedKeys, anchor: Path | None = None
+) -> tuple[VerifyReport, OpenedBundle | None]:
+    """The verdict on the bundle at `path`, and the bundle as read when its integrity holds."""
     integrity = verify_bundle(path, trusted)
     if not integrity.ok:
-        return VerifyReport(path, integrity.key_ids, (), integrity.findings)
+        return VerifyReport(path, integrity.key_ids, (), integrity.findings), None
     sealed = OpenedBundle.read(path, anchor)
     checks = (
         *recompute(sealed, handoff=not integrity.sealed_run, sealed_run=integrity.sealed_run),
         *attestation_checks(sealed, integrity),
     )
-    if not host:
-        return VerifyReport(path, integrity.key_ids, checks, ())
-    from repro_serving.builder import (
-        hostcheck,  # observing this host: only what `--host` runs imports it
-    )
-
-    # The cheapest refusal first: on a host that selects other code, nothing else matters.
-    selected = hostcheck.dispatch_drifts(sealed, hostcheck.capabilities())
-    if selected:
-        stopped = (
-            "this host selects other code than the record ran: nothing else observed. To make a "
-            "bundle of this host's code, build the manifest here, from a checkout of repro: "
-            f"repro build {sealed.lock.bundle.manifest_path} --signing-key KEY"
-        )
-        return VerifyReport(path, integrity.key_ids, checks, tuple(selected), stopped=stopped)
-    observed = hostcheck.observe(sealed.manifest)
-    found = hostcheck.host_drifts(sealed, observed)
-    return VerifyReport(
-        path, integrity.key_ids, checks, found.drifts, observed, differences=found.differences
-    )
+    return VerifyReport(path, integrity.key_ids, checks, ()), sealed
 
 
 class NotVerified(ReproError):
@@ -634,7 +626,7 @@ def _log_version_problems(
     starts: Sequence[StartEvidence], packages: Mapping[str, str]
 ) -> list[str]:
     """Every vLLM version a start's log states, in any of the phrasings vLLM logs it
-    (`builder.observe.vllmargv.LOGGED_VERSION`), is the one the lock pins; where no one
+    (`builder.vllmlog.LOGGED_VERSION`), is the one the lock pins; where no one
     distribution pins it (vLLM served from a source tree), each log states one version."""
     pinned = [v for name, v in packages.items() if VLLM_DISTRIBUTION.fullmatch(name)]
     return [

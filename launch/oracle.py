@@ -33,9 +33,9 @@ from typing import Any, Final
 import httpx
 from pydantic import JsonValue
 
+from repro_serving.builder.documents.evidence import OracleRow
+from repro_serving.builder.documents.manifest import ENDPOINTS, Prompt, Suite
 from repro_serving.builder.errors import NotObservable
-from repro_serving.builder.manifest import ENDPOINTS, Prompt, Suite
-from repro_serving.launch.evidence import OracleRow
 from repro_serving.launch.timedpost import BodyPiece, PostFailed, TimedPost
 
 METRICS_PATH: Final = "/metrics"

@@ -40,8 +40,8 @@ from enum import StrEnum
 from pathlib import Path
 from typing import Any, Final
 
+from repro_serving.builder.documents.evidence import OracleRow
 from repro_serving.builder.errors import BadInput
-from repro_serving.launch.evidence import OracleRow
 
 STATUS_FILE: Final = "status.json"
 RUN_FILE: Final = "run.json"
@@ -61,7 +61,7 @@ NODES_FILE: Final = "nodes.json"
 
 REPLAY_FILE: Final = "replay.json"
 """A replay's own record (`repro launch`): the bundle it replayed and what differed from it
-where the manifest allows (`launch.evidence.ReplayDocument`)."""
+where the manifest allows (`builder.documents.evidence.ReplayDocument`)."""
 RUN_EVIDENCE: Final = (RUN_FILE, VERDICTS_FILE, QUALITY_FILE)
 """What of a run directory's top level is evidence: never `summary.json`, a report derived
 from the rest for people, which a bundle would seal for nothing to check."""

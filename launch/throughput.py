@@ -32,8 +32,8 @@ import statistics
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from repro_serving.builder.documents.evidence import OracleRow
 from repro_serving.builder.errors import ReproError
-from repro_serving.launch.evidence import OracleRow
 
 HISTORICAL_LABEL = "historical N/span (N events over N-1 intervals; recorded, never gated)"
 

@@ -44,8 +44,8 @@ from securesystemslib.signer import CryptoSigner, SSlibKey  # type: ignore[attr-
 
 import repro_serving
 from repro_serving.builder.build import build
+from repro_serving.builder.documents.lock import Lock
 from repro_serving.builder.drift import DriftKind
-from repro_serving.builder.lock import Lock
 from repro_serving.builder.sealing import bundle, dsse
 from repro_serving.builder.sealing.bundle import ENVELOPE, STATEMENT, TEST_RESULT_ENVELOPE
 from repro_serving.builder.sealing.integrity import verify_bundle

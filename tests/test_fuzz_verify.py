@@ -77,8 +77,8 @@ from schemas import assert_valid
 
 from repro_serving.builder.canonical import canonical_json
 from repro_serving.builder.cli import main
+from repro_serving.builder.documents.lock import Lock
 from repro_serving.builder.errors import ReproError
-from repro_serving.builder.lock import Lock
 from repro_serving.builder.readers import EVIDENCE_LIMIT, read_bytes
 from repro_serving.builder.sealing import dsse
 from repro_serving.builder.sealing.bundle import (

@@ -31,9 +31,9 @@ from schemas import assert_valid, assert_valid_error
 from repro_serving.builder import readers
 from repro_serving.builder.cli import main
 from repro_serving.builder.commands import host as host_command
+from repro_serving.builder.documents.manifest import Manifest
 from repro_serving.builder.errors import BadInput, NotObservable
 from repro_serving.builder.hashing import sha256_file
-from repro_serving.builder.manifest import Manifest
 from repro_serving.builder.sealing import dsse
 from repro_serving.builder.sealing.bundle import (
     ENVELOPE,

@@ -18,10 +18,10 @@ import pytest
 from bundle_assets import as_its_sealer
 
 from repro_serving.builder import imported
-from repro_serving.builder.build import BuildRefused, build
+from repro_serving.builder.build import BuildRefused, build, seal_record
+from repro_serving.builder.documents.manifest import Manifest
 from repro_serving.builder.handoff.readme import render_readme
 from repro_serving.builder.hashing import sha256_file
-from repro_serving.builder.manifest import Manifest
 from repro_serving.builder.sealing import bundle
 from repro_serving.builder.sealing.keys import SigningKey, TrustedKeys
 from repro_serving.builder.sealing.seal import Handoff
@@ -90,7 +90,7 @@ def forged(
     )
     (tmp_path / "out").mkdir()
     with as_its_sealer(COMMITTED):
-        sealed, _lock = imported.seal_record(
+        sealed, _lock = seal_record(
             manifest,
             manifest_path,
             files,

@@ -26,10 +26,10 @@ from conftest import REPO_ROOT, TINY_MANIFEST
 
 from repro_serving.builder import tinymodel
 from repro_serving.builder.cli import main
-from repro_serving.builder.manifest import Manifest
+from repro_serving.builder.documents.evidence import Teacher, VerdictStatus
+from repro_serving.builder.documents.manifest import Manifest
 from repro_serving.launch import registry
 from repro_serving.launch import server as lifecycle
-from repro_serving.launch.evidence import Teacher, VerdictStatus
 from repro_serving.launch.oracle import OracleFailed
 from repro_serving.launch.run import (
     Event,

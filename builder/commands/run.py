@@ -20,8 +20,9 @@ from typing import Any
 from pydantic import ValidationError
 
 from repro_serving.builder import tinymodel
+from repro_serving.builder.documents.evidence import MetricsDelta, Teacher, Verdict
+from repro_serving.builder.documents.manifest import Manifest, Suite
 from repro_serving.builder.errors import BadInput, ExitCode
-from repro_serving.builder.manifest import Manifest, Suite
 from repro_serving.builder.progress import say
 from repro_serving.builder.readers import EVIDENCE_LIMIT, NoSuchFile, parse_json, read_bytes
 from repro_serving.builder.render import (
@@ -32,7 +33,6 @@ from repro_serving.builder.render import (
     table,
     write_report,
 )
-from repro_serving.launch.evidence import MetricsDelta, Teacher, Verdict
 from repro_serving.launch.run import Event, RunPlan, RunRecord, capture_teacher, run_profile
 from repro_serving.launch.rundir import TEACHER_FILE, RunStatus, atomic_write, json_bytes
 

@@ -18,9 +18,11 @@ from typing import TypeVar
 from repro_serving.builder import imported
 from repro_serving.builder.claims import dispatch_claims, roles_claim
 from repro_serving.builder.documents import read_document, read_sealed
+from repro_serving.builder.documents.evidence import MetricsDelta, OracleRow, Rows, Teacher
+from repro_serving.builder.documents.evidence import Verdict as GateVerdict
+from repro_serving.builder.documents.lock import Lock
+from repro_serving.builder.documents.probes import DISPATCH_FILE, Probes
 from repro_serving.builder.errors import ReproError
-from repro_serving.builder.lock import Lock
-from repro_serving.builder.observe.dispatch import DISPATCH_FILE, Probes
 from repro_serving.builder.report import compute
 from repro_serving.builder.report.differences import compare, flatten
 from repro_serving.builder.report.model import (
@@ -39,8 +41,6 @@ from repro_serving.builder.sealing.keys import TrustedKeys
 from repro_serving.builder.sealing.statement import Statement
 from repro_serving.builder.verify import OpenedBundle, recompute_verdicts, verify
 from repro_serving.launch import metrics
-from repro_serving.launch.evidence import MetricsDelta, OracleRow, Rows, Teacher
-from repro_serving.launch.evidence import Verdict as GateVerdict
 from repro_serving.launch.rundir import METRICS_AFTER, METRICS_BEFORE, ROWS_FILE
 
 _T = TypeVar("_T")
