@@ -1,8 +1,8 @@
 """The gates of a run: each one a pure function from evidence to a `Verdict` with its numbers.
 
-This module owns what each gate of the manifest's `[oracle.gates]` means (DESIGN.md, "Oracle
-and gates") and `judge`, the one place that decides which gates a run is judged by. A gate does
-no I/O and no retries; the same function judges a live run and a historical record's files.
+This module owns what each gate of the manifest's `[oracle.gates]` means and `GATES`, the one
+table of every kind of gate: what `judge` judges a run by, in its order. A gate does no I/O and
+no retries; the same function judges a live run and a historical record's files.
 
 `judge` returns a verdict for every kind of gate, in a fixed order: a gate the manifest disables
 is `n/a` and says so; a gate it enables whose evidence is absent fails and names what is missing,

@@ -1,6 +1,6 @@
 """The oracle client: the suite, asked once, in order, cold, of a running server.
 
-This module owns how a suite becomes `OracleRow`s (DESIGN.md, "Oracle and gates"): each prompt
+This module owns how a suite becomes `OracleRow`s: each prompt
 is one streamed request (chat or completion API, the suite's max_tokens, seed and temperature,
 the manifest's chat template kwargs) with `"return_token_ids": true` and
 `"stream_options": {"include_usage": true}`; the token ids, the text, the usage (prompt tokens,

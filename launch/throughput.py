@@ -1,6 +1,6 @@
 """Decode throughput of a suite, measured from the streamed token arrival offsets.
 
-This module owns the one definition of a row's rate (DESIGN.md, "Oracle and gates"): over the
+This module owns the one definition of a row's rate: over the
 first N streamed tokens, starting at the first one (the end of TTFT), span = t[N-1] - t[0], and
 the conventional rate is (N-1)/span: N-1 intervals between N arrivals. The suite's rate is the
 median over rows. The historical convention N/span (a helper that divided N events by N-1

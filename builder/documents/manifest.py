@@ -1,6 +1,6 @@
 """The manifest `repro.manifest/v1`: its typed, frozen models and the one way to read it.
 
-A manifest declares what must hold for a serving record (DESIGN.md, "Manifest"), never how a
+A manifest declares what must hold for a serving record, never how a
 host happens to look. This module owns the models of every section, the oracle suite file the
 manifest names, the placeholders of launch argv and native roots, and the translation of every
 way such a file can be malformed into one `BadInput` that names the file, the key path, what was
