@@ -2,7 +2,8 @@
 
 Exit codes: 0 pass; 1 a check failed; 2 bad input; 3 something needed could not be observed;
 4 an internal error (a bug). Code raises a subclass of `ReproError`; only `builder.cli.main`
-catches it, prints `diagnostics()` and returns `exit_code`. A drift is data (`builder.drift.Drift`), never an error.
+catches it, prints `diagnostics()` and returns `exit_code`. A drift is data
+(`builder.drift.Drift`), never an error.
 """
 
 from __future__ import annotations
