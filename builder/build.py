@@ -48,6 +48,15 @@ from repro_serving.builder.documents.observations import (
     drifts,
 )
 from repro_serving.builder.documents.probes import DISPATCH_FILE
+from repro_serving.builder.documents.rundir import (
+    AUDIT_DIR,
+    NODES_FILE,
+    RANK_EVIDENCE,
+    REPLAY_FILE,
+    RUN_EVIDENCE,
+    START_EVIDENCE,
+    start_name,
+)
 from repro_serving.builder.drift import Drift, DriftKind
 from repro_serving.builder.errors import BadInput, ReproError
 from repro_serving.builder.handoff.launcher import HELPER_SOURCE, LAUNCHER_SOURCE
@@ -69,17 +78,9 @@ from repro_serving.builder.sealing.seal import (
     seal,
 )
 from repro_serving.builder.sealing.statement import resolved_dependencies
-from repro_serving.builder.verify import OpenedBundle, recompute
+from repro_serving.builder.verify import JudgedBundle, recompute
 from repro_serving.launch.historical import Record
 from repro_serving.launch.run import RunPlan, RunRecord, capture_teacher, run_profile
-from repro_serving.launch.rundir import (
-    AUDIT_DIR,
-    NODES_FILE,
-    RANK_EVIDENCE,
-    REPLAY_FILE,
-    RUN_EVIDENCE,
-    START_EVIDENCE,
-)
 
 # What of a run directory is evidence: never the server's private HOME and TMPDIR.
 
@@ -151,7 +152,7 @@ def handoff_for(directory: Path) -> Handoff:
 def staged_readme(staged: Path) -> bytes:
     """README.md of the bundle staged at `staged`, from the claims recomputed there as verify
     recomputes them; refused when one does not hold: repro seals nothing its verify refuses."""
-    opened = OpenedBundle.read(staged)
+    opened = JudgedBundle.read(staged)
     checks = recompute(opened, handoff=False)
     failed = [
         Drift(
@@ -340,7 +341,7 @@ def evidence_files(run_dir: Path, starts: int) -> dict[str, Path]:
         if (run_dir / name).is_file()
     }
     for number in range(1, starts + 1):
-        start = f"start-{number}"
+        start = start_name(number)
         places: list[tuple[str, tuple[str, ...]]] = [(start, START_EVIDENCE)]
         places += [
             (f"{start}/{rank.name}", RANK_EVIDENCE)

@@ -15,6 +15,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from repro_serving.builder.documents.bundle import OpenedBundle
 from repro_serving.builder.documents.lock import DispatchClaim, Lock, MappedObject
 from repro_serving.builder.documents.manifest import expand
 from repro_serving.builder.documents.observations import Observations, drifts
@@ -35,7 +36,7 @@ from repro_serving.builder.native.pyenv import is_interpreter_file
 from repro_serving.builder.observations import observe
 from repro_serving.builder.observe.host import observe_host
 from repro_serving.builder.sealing.keys import TrustedKeys
-from repro_serving.builder.verify import OpenedBundle, VerifyReport, opened
+from repro_serving.builder.verify import VerifyReport, opened
 
 __all__ = [
     "capabilities",

@@ -21,11 +21,13 @@ from repro_serving.builder.build import (
     run_node_claims,
 )
 from repro_serving.builder.canonical import canonical_json
+from repro_serving.builder.documents.bundle import OpenedBundle
 from repro_serving.builder.documents.evidence import ReplayDocument, Teacher
 from repro_serving.builder.documents.host import compare as compare_host
 from repro_serving.builder.documents.nodes import node_name
 from repro_serving.builder.documents.observations import OBSERVATIONS_FILE, ObservationsDocument
 from repro_serving.builder.documents.probes import DISPATCH_FILE
+from repro_serving.builder.documents.rundir import REPLAY_FILE
 from repro_serving.builder.drift import Drift
 from repro_serving.builder.hashing import sha256_file
 from repro_serving.builder.hostcheck import claim_drifts, verify_here
@@ -37,15 +39,9 @@ from repro_serving.builder.sealing.bundle import KERNEL_SETS_DIR, SUITE_FILE, TE
 from repro_serving.builder.sealing.keys import SigningKey, TrustedKeys
 from repro_serving.builder.sealing.seal import BundleContent, SealedBundle, seal
 from repro_serving.builder.sealing.statement import resolved_dependencies
-from repro_serving.builder.verify import (
-    NotVerified,
-    OpenedBundle,
-    VerifyReport,
-    gate_outcome,
-)
+from repro_serving.builder.verify import NotVerified, VerifyReport, gate_outcome
 from repro_serving.launch import cluster
 from repro_serving.launch.run import RunPlan, RunRecord, observe_cluster, run_profile
-from repro_serving.launch.rundir import REPLAY_FILE
 
 
 class PreflightRefused(NotVerified):

@@ -12,7 +12,7 @@ This module owns the order of a run, the same for teacher capture and for replay
 6. steps 1-5 again for each further fresh start the manifest asks for;
 7. the gates (`launch.gates`) over the evidence, against a teacher when one is given.
 
-Every piece of evidence is written as soon as it exists (`launch.rundir`), so a run cut
+Every piece of evidence is written as soon as it exists (`builder.documents.rundir`), so a run cut
 short keeps what it saw. SIGINT and SIGTERM during a run tear the server down, mark the run
 `interrupted`, and are raised again as `Interrupted` (a KeyboardInterrupt). A server that dies
 or stops answering gives a failed run with the error recorded, never a retry.
@@ -46,19 +46,7 @@ from repro_serving.builder.documents.evidence import (
 )
 from repro_serving.builder.documents.manifest import Manifest, Suite, expand
 from repro_serving.builder.documents.nodes import NodesDocument, node_name
-from repro_serving.builder.errors import BadInput, ExitCode, ReproError
-from repro_serving.builder.native.audit import AuditReport
-from repro_serving.builder.native.auditreport import report_document
-from repro_serving.builder.native.dispatch import HostCapabilities
-from repro_serving.builder.native.kernels import KERNELS_DIR, KernelSet, runtime_markers
-from repro_serving.builder.native.policy import judge_tree, observe_tree, policy_from_manifest
-from repro_serving.builder.native.processes import HashMemo
-from repro_serving.builder.observe.host import observe_host
-from repro_serving.builder.placeholders import path_values
-from repro_serving.launch import cluster as nodes
-from repro_serving.launch import gates, metrics, oracle, quality, registry
-from repro_serving.launch import server as lifecycle
-from repro_serving.launch.rundir import (
+from repro_serving.builder.documents.rundir import (
     AUDIT_DIR,
     DRIFTS_FILE,
     LOG_FILE,
@@ -75,6 +63,18 @@ from repro_serving.launch.rundir import (
     RunStatus,
     rank_dir,
 )
+from repro_serving.builder.errors import BadInput, ExitCode, ReproError
+from repro_serving.builder.native.audit import AuditReport
+from repro_serving.builder.native.auditreport import report_document
+from repro_serving.builder.native.dispatch import HostCapabilities
+from repro_serving.builder.native.kernels import KERNELS_DIR, KernelSet, runtime_markers
+from repro_serving.builder.native.policy import judge_tree, observe_tree, policy_from_manifest
+from repro_serving.builder.native.processes import HashMemo
+from repro_serving.builder.observe.host import observe_host
+from repro_serving.builder.placeholders import path_values
+from repro_serving.launch import cluster as nodes
+from repro_serving.launch import gates, metrics, oracle, quality, registry
+from repro_serving.launch import server as lifecycle
 from repro_serving.launch.spec import ServerSpec, server_spec
 from repro_serving.launch.throughput import RowRate, UnmeasurableRow, measure, row_rate
 

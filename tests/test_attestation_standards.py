@@ -63,7 +63,7 @@ from repro_serving.builder.sealing.statement import (
     resolved_dependencies,
 )
 from repro_serving.builder.verify import (
-    OpenedBundle,
+    JudgedBundle,
     VerifyReport,
     gate_outcome,
     recompute_verdicts,
@@ -97,7 +97,7 @@ def tiny_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
     shutil.copytree(TINY, staging, ignore=shutil.ignore_patterns(*HANDOFF, *bundle.SEAL_FILES))
     lock = Lock.model_validate_json((staging / bundle.LOCK).read_bytes())
     (staging / bundle.LOCK).write_bytes(lock.to_bytes())
-    verdicts = recompute_verdicts(OpenedBundle.read(staging))
+    verdicts = recompute_verdicts(JudgedBundle.read(staging))
 
     def files(directory: str) -> dict[str, Path]:
         root = staging / directory

@@ -20,13 +20,14 @@ from schemas import assert_valid
 
 from repro_serving.builder import hostcheck
 from repro_serving.builder.cli import main
+from repro_serving.builder.documents.bundle import OpenedBundle
 from repro_serving.builder.drift import DriftKind
 from repro_serving.builder.hostcheck import dispatch_drifts, verify_here
 from repro_serving.builder.native.dispatch import HostCapabilities
 from repro_serving.builder.observe.host import observe_host
 from repro_serving.builder.replay import PreflightRefused, launch
 from repro_serving.builder.sealing.keys import SigningKey, TrustedKeys
-from repro_serving.builder.verify import OpenedBundle, verify
+from repro_serving.builder.verify import verify
 
 pytestmark = pytest.mark.server
 

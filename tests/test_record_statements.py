@@ -25,7 +25,7 @@ from repro_serving.builder.hashing import sha256_file
 from repro_serving.builder.sealing import bundle
 from repro_serving.builder.sealing.keys import SigningKey, TrustedKeys
 from repro_serving.builder.sealing.seal import Handoff
-from repro_serving.builder.verify import OpenedBundle, recompute, verify
+from repro_serving.builder.verify import JudgedBundle, recompute, verify
 
 REPO = Path(__file__).resolve().parent.parent
 COMMITTED = REPO / "repro" / "laguna-102tps"
@@ -71,7 +71,7 @@ def _laid_out(
 
 def _readme(staged: Path) -> bytes:
     """The README a forger writes: the claims as recomputed, failing ones included."""
-    opened = OpenedBundle.read(staged)
+    opened = JudgedBundle.read(staged)
     return render_readme(opened.lock, recompute(opened, handoff=False))
 
 

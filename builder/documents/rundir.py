@@ -77,6 +77,13 @@ RANK_EVIDENCE: Final = (LOG_FILE, TEARDOWN_FILE)
 its audit/."""
 
 
+def start_name(start: int, rank: int = 0) -> str:
+    """The directory of start `start` (and of rank `rank`'s evidence of it, for a stack served
+    across nodes) relative to its run: `start-2`, `start-2/rank-1`. The one place both are
+    spelled, for a run directory and a bundle's evidence/ alike."""
+    return f"start-{start}" + (f"/rank-{rank}" if rank else "")
+
+
 def rank_dir(start_dir: Path, rank: int) -> Path:
     """Where rank `rank`'s evidence of a start lies: rank 0's is the start's own."""
     return start_dir if rank == 0 else start_dir / f"rank-{rank}"
@@ -92,11 +99,11 @@ def evidence_names(
     if ranks:
         names.add(NODES_FILE)
     for number in range(1, starts + 1):
-        start = f"start-{number}"
+        start = start_name(number)
         names |= {f"{start}/{name}" for name in START_EVIDENCE}
         names |= _audit_names(start, roles)
         for rank, rank_roles in (ranks or {}).items():
-            at = f"{start}/rank-{rank}"
+            at = start_name(number, rank)
             names |= {f"{at}/{name}" for name in RANK_EVIDENCE} | _audit_names(at, rank_roles)
     return names
 
@@ -153,8 +160,8 @@ class RunDirectory:
         directory.write_status(RunStatus.RUNNING)
         return directory
 
-    def start_dir(self, start: int) -> Path:
-        return self.root / f"start-{start}"
+    def start_dir(self, start: int, rank: int = 0) -> Path:
+        return self.root / start_name(start, rank)
 
     def write_json(self, relative: str | Path, document: Any) -> Path:
         path = self.root / relative
@@ -171,7 +178,7 @@ class RunDirectory:
 
     def write_rows(self, start: int, rows: Sequence[OracleRow]) -> Path:
         return self.write_json(
-            Path(f"start-{start}") / ROWS_FILE, [row.model_dump(mode="json") for row in rows]
+            Path(start_name(start)) / ROWS_FILE, [row.model_dump(mode="json") for row in rows]
         )
 
     def write_status(
