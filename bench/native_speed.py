@@ -47,7 +47,7 @@ REPO_ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO_ROOT))
 
 from bench.machine import describe, machine  # noqa: E402
-from repro_serving.builder.manifest import Manifest  # noqa: E402
+from repro_serving.builder.documents.manifest import Manifest  # noqa: E402
 from repro_serving.builder.native.elf import ElfError, is_elf, read_elf  # noqa: E402
 from repro_serving.builder.observe.python import record_entries  # noqa: E402
 from repro_serving.launch import server as lifecycle  # noqa: E402

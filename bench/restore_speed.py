@@ -34,7 +34,7 @@ REPO_ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO_ROOT))
 
 from bench.machine import machine  # noqa: E402
-from repro_serving.builder.lock import Lock  # noqa: E402
+from repro_serving.builder.documents.lock import Lock  # noqa: E402
 from repro_serving.builder.observe.artifacts import download, requirement_lines  # noqa: E402
 
 BUNDLE = REPO_ROOT / "repro" / "tiny-cpu"

@@ -35,7 +35,7 @@ sys.path.insert(0, str(REPO_ROOT))
 
 from bench.machine import describe, machine  # noqa: E402
 from repro_serving.builder import tinymodel  # noqa: E402
-from repro_serving.builder.manifest import Manifest  # noqa: E402
+from repro_serving.builder.documents.manifest import Manifest  # noqa: E402
 from repro_serving.launch import server as lifecycle  # noqa: E402
 from repro_serving.launch.spec import server_spec  # noqa: E402
 

@@ -27,12 +27,8 @@ from repro_serving.builder.claims import (
     oracle_claim,
     roles_claim,
 )
-from repro_serving.builder.drift import Drift, DriftKind
-from repro_serving.builder.errors import ReproError
-from repro_serving.builder.handoff.launcher import HELPER_SOURCE, LAUNCHER_SOURCE
-from repro_serving.builder.handoff.readme import in_readme, render_readme
-from repro_serving.builder.hashing import sha256_file
-from repro_serving.builder.lock import (
+from repro_serving.builder.documents.audit import ProcessEvidence
+from repro_serving.builder.documents.lock import (
     DispatchClaim,
     HostClaim,
     LaunchClaim,
@@ -43,19 +39,34 @@ from repro_serving.builder.lock import (
     PythonClaim,
     SourceClaim,
 )
-from repro_serving.builder.manifest import Manifest, Suite, expand
-from repro_serving.builder.native.auditreport import AuditDocument, ProcessEvidence
-from repro_serving.builder.native.kernels import KernelSet, kernel_set_files
-from repro_serving.builder.observations import (
+from repro_serving.builder.documents.manifest import Manifest, Suite, expand, placeholder_path
+from repro_serving.builder.documents.nodes import NodesDocument
+from repro_serving.builder.documents.observations import (
     OBSERVATIONS_FILE,
     Observations,
     ObservationsDocument,
     drifts,
-    observe,
 )
+from repro_serving.builder.documents.probes import DISPATCH_FILE
+from repro_serving.builder.documents.rundir import (
+    AUDIT_DIR,
+    NODES_FILE,
+    RANK_EVIDENCE,
+    REPLAY_FILE,
+    RUN_EVIDENCE,
+    START_EVIDENCE,
+    start_name,
+)
+from repro_serving.builder.drift import Drift, DriftKind
+from repro_serving.builder.errors import BadInput, ReproError
+from repro_serving.builder.handoff.launcher import HELPER_SOURCE, LAUNCHER_SOURCE
+from repro_serving.builder.handoff.readme import in_readme, render_readme
+from repro_serving.builder.hashing import sha256_file
+from repro_serving.builder.native.auditreport import audit_document
+from repro_serving.builder.native.kernels import KernelSet, kernel_set_files
+from repro_serving.builder.observations import observe
 from repro_serving.builder.observe.artifacts import ArtifactFacts, resolve_artifacts
-from repro_serving.builder.observe.dispatch import DISPATCH_FILE, probe_code_paths
-from repro_serving.builder.observe.python import placeholder_path
+from repro_serving.builder.observe.dispatch import probe_code_paths
 from repro_serving.builder.observe.tools import build_tools
 from repro_serving.builder.sealing import bundle
 from repro_serving.builder.sealing.keys import SigningKey
@@ -67,17 +78,9 @@ from repro_serving.builder.sealing.seal import (
     seal,
 )
 from repro_serving.builder.sealing.statement import resolved_dependencies
-from repro_serving.builder.verify import OpenedBundle, recompute
-from repro_serving.launch.nodes import NodesDocument
+from repro_serving.builder.verify import JudgedBundle, recompute
+from repro_serving.launch.historical import Record
 from repro_serving.launch.run import RunPlan, RunRecord, capture_teacher, run_profile
-from repro_serving.launch.rundir import (
-    AUDIT_DIR,
-    NODES_FILE,
-    RANK_EVIDENCE,
-    REPLAY_FILE,
-    RUN_EVIDENCE,
-    START_EVIDENCE,
-)
 
 # What of a run directory is evidence: never the server's private HOME and TMPDIR.
 
@@ -149,7 +152,7 @@ def handoff_for(directory: Path) -> Handoff:
 def staged_readme(staged: Path) -> bytes:
     """README.md of the bundle staged at `staged`, from the claims recomputed there as verify
     recomputes them; refused when one does not hold: repro seals nothing its verify refuses."""
-    opened = OpenedBundle.read(staged)
+    opened = JudgedBundle.read(staged)
     checks = recompute(opened, handoff=False)
     failed = [
         Drift(
@@ -315,7 +318,7 @@ def _build_imported(
     if refusals:
         raise BuildRefused("the record fails its own checks", refusals, where=str(manifest_path))
     say("sealing")
-    sealed, lock = imported.seal_record(
+    sealed, lock = seal_record(
         manifest,
         manifest_path,
         files,
@@ -338,7 +341,7 @@ def evidence_files(run_dir: Path, starts: int) -> dict[str, Path]:
         if (run_dir / name).is_file()
     }
     for number in range(1, starts + 1):
-        start = f"start-{number}"
+        start = start_name(number)
         places: list[tuple[str, tuple[str, ...]]] = [(start, START_EVIDENCE)]
         places += [
             (f"{start}/{rank.name}", RANK_EVIDENCE)
@@ -369,7 +372,7 @@ def run_node_claims(
     audits: dict[int, tuple[ProcessEvidence, ...]] = {0: _first_audit(record)}
     for rank, rank_record in (first.ranks if first is not None else {}).items():
         report = rank_record.audit
-        audits[rank] = AuditDocument.of(report).processes if report is not None else ()
+        audits[rank] = audit_document(report).processes if report is not None else ()
     return node_claims(
         manifest,
         record.plan.profile,
@@ -513,7 +516,7 @@ def _first_audit(record: RunRecord) -> tuple[ProcessEvidence, ...]:
     """The processes of the run's first start as its evidence records them; none when the run
     failed before its audit (a replay is still sealed with what it saw)."""
     report = record.starts[0].audit if record.starts else None
-    return AuditDocument.of(report).processes if report is not None else ()
+    return audit_document(report).processes if report is not None else ()
 
 
 def _verdict_drift(gate: str, summary: str) -> Drift:
@@ -524,3 +527,52 @@ def _verdict_drift(gate: str, summary: str) -> Drift:
         observed=summary,
         why="the teacher run must pass its own gates before it is sealed",
     )
+
+
+def seal_record(
+    manifest: Manifest,
+    manifest_path: Path,
+    files: imported.ImportedFiles,
+    record: Record,
+    *,
+    key: SigningKey,
+    parent: Path,
+    workdir: Path,
+    force: bool,
+    handoff: Handoff | None = None,
+) -> tuple[SealedBundle, Lock]:
+    """Seal the imported files verbatim with a lock of sealed and declared claims, and
+    `handoff`, what lets the bundle run where repro never was."""
+    problems = imported.release_files_problems(manifest, files)
+    if problems:
+        raise BadInput(
+            "the manifest's model files are not the record's release files",
+            where=str(files.model_files),
+            found="; ".join(problems),
+        )
+    workdir.mkdir(parents=True, exist_ok=True)
+    teacher_path = workdir / bundle.TEACHER_FILE
+    teacher_path.write_bytes(imported.teacher_document(record, manifest))
+    suite_path = manifest.resolve(manifest.oracle.suite)
+    lock = imported.assemble_lock(
+        manifest,
+        str(manifest_path),
+        files,
+        record,
+        suite=manifest.load_suite(),
+        suite_sha256=sha256_file(suite_path),
+        teacher_sha256=sha256_file(teacher_path),
+        manifest_sha256=sha256_file(manifest_path),
+    )
+    content = BundleContent(
+        name=manifest.bundle.name,
+        manifest=manifest_path,
+        manifest_source=str(manifest_path),
+        lock=lock.model_dump(mode="json", by_alias=True),
+        dependencies=resolved_dependencies(lock),
+        oracle={bundle.SUITE_FILE: suite_path, bundle.TEACHER_FILE: teacher_path},
+        evidence=files.sealed_names(),
+        kernels=kernel_set_files(manifest.native.kernel_sets),
+        handoff=handoff,
+    )
+    return seal(content, key, parent, force=force), lock

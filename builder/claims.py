@@ -11,8 +11,9 @@ from pathlib import Path
 from typing import Final
 
 from repro_serving.builder.canonical import canonical_json
-from repro_serving.builder.hashing import sha256_bytes, sha256_file
-from repro_serving.builder.lock import (
+from repro_serving.builder.documents.audit import ProcessEvidence
+from repro_serving.builder.documents.evidence import OracleRow
+from repro_serving.builder.documents.lock import (
     BundleClaim,
     DispatchClaim,
     EvidenceClass,
@@ -23,15 +24,13 @@ from repro_serving.builder.lock import (
     OracleRowClaim,
     ThroughputClaim,
 )
-from repro_serving.builder.manifest import Manifest, Suite
-from repro_serving.builder.native.auditreport import ProcessEvidence
+from repro_serving.builder.documents.manifest import Manifest, Suite, placeholder_path
+from repro_serving.builder.documents.nodes import NodesDocument
+from repro_serving.builder.hashing import sha256_bytes, sha256_file
 from repro_serving.builder.native.dispatch import DispatchKind, HostCapabilities, predict
 from repro_serving.builder.native.kernels import KernelSet
 from repro_serving.builder.native.modules import is_module_file
-from repro_serving.builder.observe.python import placeholder_path
 from repro_serving.builder.sealing.statement import repro_version
-from repro_serving.launch.evidence import OracleRow
-from repro_serving.launch.nodes import NodesDocument
 from repro_serving.launch.throughput import UnmeasurableRow, measure
 
 BUILT_EVIDENCE: Final = {
@@ -155,7 +154,7 @@ def roles_claim(
     processes: Sequence[ProcessEvidence], values: Mapping[str, str]
 ) -> dict[str, tuple[MappedObject, ...]]:
     """Every ELF each role's processes mapped, in placeholder form, one entry per path: from
-    the live audit (`AuditDocument.of`) or from its sealed evidence, read alike."""
+    the live audit (`native.auditreport.audit_document`) or from its sealed evidence, read alike."""
     roles: dict[str, dict[str, MappedObject]] = {}
     for process in processes:
         for obj in process.objects:

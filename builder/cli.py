@@ -5,7 +5,7 @@ Each subcommand is a module of `builder.commands` with `configure_parser(parser)
 imports none of them). This module catches `ReproError` once, prints its diagnostics and
 returns its exit code, so no traceback reaches a user for a bad input; a usage error is a
 `BadInput` like any other. Any other exception (a bug, RecursionError, MemoryError) is the last
-guard's: one line `repro: internal error: <type>: <message>` and exit 3, the traceback only
+guard's: one line `repro: internal error: <type>: <message>` and exit 4, the traceback only
 under the global `-v`/`--verbose`. The global `-q`/`--quiet` silences progress lines
 (`builder.progress`), never a result or an error; `--version` prints the distribution and its
 labelled version. With `--json`, every error, of any exit code, is also a
@@ -65,7 +65,7 @@ def _add_globals(parser: argparse.ArgumentParser, default: object) -> None:
 
 class _Version(argparse.Action):
     """`--version`: the distribution and the version of the repro that runs, labelled with the
-    digest of its files (`builder.observe.release`), read only when asked."""
+    digest of its files (`builder.own.release`), read only when asked."""
 
     def __init__(self, option_strings: Sequence[str], dest: str, **_: object) -> None:
         super().__init__(
@@ -83,7 +83,7 @@ class _Version(argparse.Action):
         values: object,
         option_string: str | None = None,
     ) -> None:
-        from repro_serving.builder.observe.release import repro_version
+        from repro_serving.builder.own.release import repro_version
 
         try:
             print(f"{DISTRIBUTION} {repro_version()}")
@@ -148,7 +148,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         found = _one_line(error)
         suffix = "" if verbose else " (run with -v for the traceback)"
         sys.stderr.write(f"repro: internal error: {found}{suffix}\n")
-        return _report(as_json, ExitCode.NOT_OBSERVABLE, "internal error", found=found)
+        return _report(as_json, ExitCode.INTERNAL, "internal error", found=found)
 
 
 def _one_line(error: BaseException) -> str:

@@ -1,8 +1,9 @@
 """The one error root of repro and the exit codes every command shares.
 
-Exit codes (DESIGN.md): 0 pass; 1 a check failed; 2 bad input; 3 something needed could not be
-observed. Code raises a subclass of `ReproError`; only `builder.cli.main` catches it, prints
-`diagnostics()` and returns `exit_code`. A drift is data (`builder.drift.Drift`), never an error.
+Exit codes: 0 pass; 1 a check failed; 2 bad input; 3 something needed could not be observed;
+4 an internal error (a bug). Code raises a subclass of `ReproError`; only `builder.cli.main`
+catches it, prints `diagnostics()` and returns `exit_code`. A drift is data
+(`builder.drift.Drift`), never an error.
 """
 
 from __future__ import annotations
@@ -15,6 +16,8 @@ class ExitCode(IntEnum):
     CHECK_FAILED = 1
     BAD_INPUT = 2
     NOT_OBSERVABLE = 3
+    INTERNAL = 4
+    """A bug: an exception no refusal was written for reached the command line's last guard."""
 
 
 class ReproError(Exception):

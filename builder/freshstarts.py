@@ -48,8 +48,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Final
 
-from repro_serving.builder.native.auditreport import ProcessEvidence
-from repro_serving.launch.evidence import OracleRow, ServerDocument, TeardownDocument
+from repro_serving.builder.documents.audit import ProcessEvidence
+from repro_serving.builder.documents.evidence import OracleRow, ServerDocument, TeardownDocument
 
 BOOT_TIME_SLACK_S: Final = 1.05
 """How early a process's start time may read: the boot time is stated to the second."""

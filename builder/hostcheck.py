@@ -9,16 +9,20 @@ emulation resolves each role's dependencies again in the environment that role s
 
 from __future__ import annotations
 
+import dataclasses
 import tempfile
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from repro_serving.builder.documents.bundle import OpenedBundle
+from repro_serving.builder.documents.lock import DispatchClaim, Lock, MappedObject
+from repro_serving.builder.documents.manifest import expand
+from repro_serving.builder.documents.observations import Observations, drifts
+from repro_serving.builder.documents.python import version_matches
 from repro_serving.builder.drift import Difference, Drift, DriftKind
 from repro_serving.builder.errors import ReproError
 from repro_serving.builder.hashing import file_size, over_cores, sha256_file
-from repro_serving.builder.lock import DispatchClaim, Lock, MappedObject
-from repro_serving.builder.manifest import expand
 from repro_serving.builder.native.dispatch import HostCapabilities, differs, predict
 from repro_serving.builder.native.kernels import KernelSet, dispatches
 from repro_serving.builder.native.loader import FileSystem, dlopen_closure, executable_closure
@@ -29,12 +33,41 @@ from repro_serving.builder.native.loaderhost import (
     read_cache,
 )
 from repro_serving.builder.native.pyenv import is_interpreter_file
-from repro_serving.builder.observations import Observations, drifts, observe
+from repro_serving.builder.observations import observe
 from repro_serving.builder.observe.host import observe_host
-from repro_serving.builder.observe.python import version_matches
-from repro_serving.builder.verify import OpenedBundle
+from repro_serving.builder.sealing.keys import TrustedKeys
+from repro_serving.builder.verify import VerifyReport, opened
 
-__all__ = ["capabilities", "dispatch_drifts", "host_drifts", "native_drifts", "observe"]
+__all__ = [
+    "capabilities",
+    "dispatch_drifts",
+    "host_drifts",
+    "native_drifts",
+    "observe",
+    "verify_here",
+]
+
+
+def verify_here(path: Path, trusted: TrustedKeys, *, anchor: Path | None = None) -> VerifyReport:
+    """`repro verify --host`: the bundle at `path` verified from its sealed files, then this
+    host observed against it. The cheapest refusal first: on a host that selects other code
+    than the record ran, nothing else is observed."""
+    report, sealed = opened(path, trusted, anchor)
+    if sealed is None:
+        return report
+    selected = dispatch_drifts(sealed, capabilities())
+    if selected:
+        stopped = (
+            "this host selects other code than the record ran: nothing else observed. To make a "
+            "bundle of this host's code, build the manifest here, from a checkout of repro: "
+            f"repro build {sealed.lock.bundle.manifest_path} --signing-key KEY"
+        )
+        return dataclasses.replace(report, findings=tuple(selected), stopped=stopped)
+    observed = observe(sealed.manifest)
+    found = host_drifts(sealed, observed)
+    return dataclasses.replace(
+        report, findings=found.drifts, observations=observed, differences=found.differences
+    )
 
 
 def capabilities() -> HostCapabilities:

@@ -22,10 +22,8 @@ from repro_serving.builder import recordfiles
 from repro_serving.builder.canonical import canonical_json
 from repro_serving.builder.claims import ClaimCheck, bundle_claim, content_check, oracle_claim
 from repro_serving.builder.documents import parse_document
-from repro_serving.builder.drift import Drift, DriftKind
-from repro_serving.builder.errors import BadInput
-from repro_serving.builder.hashing import sha256_bytes, sha256_file
-from repro_serving.builder.lock import (
+from repro_serving.builder.documents.evidence import Teacher, Verdict
+from repro_serving.builder.documents.lock import (
     AcceleratorFacts,
     EvidenceClass,
     HostClaim,
@@ -38,19 +36,18 @@ from repro_serving.builder.lock import (
     RecordClaim,
     SourceClaim,
 )
-from repro_serving.builder.manifest import Evidence, Manifest, Suite
-from repro_serving.builder.native.kernels import KERNELS_DIR, kernel_set_files, runtime_markers
-from repro_serving.builder.observe.vllmargv import (
+from repro_serving.builder.documents.manifest import Evidence, Manifest, Suite
+from repro_serving.builder.drift import Drift, DriftKind
+from repro_serving.builder.errors import BadInput
+from repro_serving.builder.hashing import sha256_bytes, sha256_file
+from repro_serving.builder.native.kernels import KERNELS_DIR, runtime_markers
+from repro_serving.builder.readers import EVIDENCE_LIMIT, read_bytes
+from repro_serving.builder.sealing import bundle
+from repro_serving.builder.vllmlog import (
     logged_argument_problems,
     logged_version_problems,
 )
-from repro_serving.builder.readers import EVIDENCE_LIMIT, read_bytes
-from repro_serving.builder.sealing import bundle
-from repro_serving.builder.sealing.keys import SigningKey
-from repro_serving.builder.sealing.seal import BundleContent, Handoff, SealedBundle, seal
-from repro_serving.builder.sealing.statement import resolved_dependencies
 from repro_serving.launch import consistency, gates
-from repro_serving.launch.evidence import Teacher, Verdict
 from repro_serving.launch.historical import (
     Record,
     load_bench,
@@ -378,56 +375,12 @@ def judge_record(manifest: Manifest) -> tuple[ImportedFiles, Record, tuple[Verdi
     return files, record, record_verdicts(manifest, record, files.kernels)
 
 
-def seal_record(
-    manifest: Manifest,
-    manifest_path: Path,
-    files: ImportedFiles,
-    record: Record,
-    *,
-    key: SigningKey,
-    parent: Path,
-    workdir: Path,
-    force: bool,
-    handoff: Handoff | None = None,
-) -> tuple[SealedBundle, Lock]:
-    """Seal the imported files verbatim with a lock of sealed and declared claims, and
-    `handoff`, what lets the bundle run where repro never was."""
-    if files.model_files is not None:
-        problems = model_files_problems(
-            manifest, _text(files.model_files, "the release-file listing"), str(files.model_files)
-        )
-        if problems:
-            raise BadInput(
-                "the manifest's model files are not the record's release files",
-                where=str(files.model_files),
-                found="; ".join(problems),
-            )
-    workdir.mkdir(parents=True, exist_ok=True)
-    teacher_path = workdir / bundle.TEACHER_FILE
-    teacher_path.write_bytes(teacher_document(record, manifest))
-    suite_path = manifest.resolve(manifest.oracle.suite)
-    lock = assemble_lock(
-        manifest,
-        str(manifest_path),
-        files,
-        record,
-        suite=manifest.load_suite(),
-        suite_sha256=sha256_file(suite_path),
-        teacher_sha256=sha256_file(teacher_path),
-        manifest_sha256=sha256_file(manifest_path),
-    )
-    content = BundleContent(
-        name=manifest.bundle.name,
-        manifest=manifest_path,
-        manifest_source=str(manifest_path),
-        lock=lock.model_dump(mode="json", by_alias=True),
-        dependencies=resolved_dependencies(lock),
-        oracle={bundle.SUITE_FILE: suite_path, bundle.TEACHER_FILE: teacher_path},
-        evidence=files.sealed_names(),
-        kernels=kernel_set_files(manifest.native.kernel_sets),
-        handoff=handoff,
-    )
-    return seal(content, key, parent, force=force), lock
+def release_files_problems(manifest: Manifest, files: ImportedFiles) -> list[str]:
+    """How the manifest's model files differ from the record's listing of its release files."""
+    if files.model_files is None:
+        return []
+    listing = _text(files.model_files, "the release-file listing")
+    return model_files_problems(manifest, listing, str(files.model_files))
 
 
 def _text(path: Path, what: str) -> str:
@@ -452,7 +405,7 @@ class IdentityToolchain(_Foreign):
 
 class IdentityHost(_Foreign):
     """The host as the producer's identity names it, in its own words; `facts` says it in the
-    lock's (`builder.lock.HostFacts`), stating exactly what this states."""
+    lock's (`builder.documents.lock.HostFacts`), stating exactly what this states."""
 
     os: str | None = None
     """The distribution's name (`Ubuntu 24.04.4 LTS`): os-release's PRETTY_NAME."""

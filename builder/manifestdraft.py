@@ -55,13 +55,20 @@ from typing import Any, Final
 
 import tomli_w
 
+from repro_serving.builder.documents.manifest import (
+    ALWAYS_FORBIDDEN_ENV,
+    SCHEMA_ID,
+    Suite,
+    expand,
+    placeholder_path,
+)
+from repro_serving.builder.documents.python import normalize
 from repro_serving.builder.drift import Drift
-from repro_serving.builder.manifest import ALWAYS_FORBIDDEN_ENV, SCHEMA_ID, Suite, expand
 from repro_serving.builder.native.dispatch import DispatchKind
 from repro_serving.builder.native.kernels import KernelSet
-from repro_serving.builder.observe.python import normalize, placeholder_path, venv_values
 from repro_serving.builder.observe.server import FoundModel, MappedElf, ServerFacts
-from repro_serving.builder.observe.vllmargv import (
+from repro_serving.builder.placeholders import venv_values
+from repro_serving.builder.vllmlog import (
     ModelArgument,
     extension_module,
     flag_name,

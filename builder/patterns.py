@@ -2,9 +2,10 @@ r"""The regular expressions a manifest declares, and the one engine that compile
 
 This module owns "a pattern a manifest declares": `[oracle.gates] forbidden_log_patterns` and a
 log marker's `pattern` and `rank_pattern` (a kernel set's `[[markers]]` are log markers too).
-`builder.manifest` compiles each one here when the manifest is read, so a pattern that could not
-run later is refused by `repro check` with its key path; `launch.gates` searches every log line
-with the `Pattern` compiled here. repro's own fixed regexes are nobody's input and stay on `re`.
+`builder.documents.manifest` compiles each one here when the manifest is read, so a pattern that
+could not run later is refused by `repro check` with its key path; `launch.gates` searches every
+log line with the `Pattern` compiled here. repro's own fixed regexes are nobody's input and
+stay on `re`.
 
 A sealed bundle's manifest says what its signer wrote, and the example signing key is public,
 so a declared pattern is hostile input. Python's backtracking `re` takes time exponential in the

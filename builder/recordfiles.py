@@ -67,13 +67,13 @@ from typing import Final
 from packaging.utils import canonicalize_name
 from pydantic import BaseModel, ConfigDict, ValidationError
 
+from repro_serving.builder.documents.evidence import OracleRow, TeacherRow
+from repro_serving.builder.documents.manifest import Manifest, Suite, expand
 from repro_serving.builder.freshstarts import log_time_problems
 from repro_serving.builder.hashing import sha256_bytes
-from repro_serving.builder.manifest import Manifest, Suite, expand
 from repro_serving.builder.native.rules import AuditPolicy, env_drifts
-from repro_serving.builder.observe.vllmargv import flag_name, flag_value
+from repro_serving.builder.vllmlog import flag_name, flag_value
 from repro_serving.launch.consistency import speculative_config
-from repro_serving.launch.evidence import OracleRow, TeacherRow
 from repro_serving.launch.throughput import UnmeasurableRow, measure
 
 STATUS: Final = "status.txt"

@@ -40,7 +40,7 @@ class ReportError(Output):
     where: str | None
     expected: str | None
     found: str | None
-    exit_code: Annotated[int, Field(ge=ExitCode.CHECK_FAILED, le=ExitCode.NOT_OBSERVABLE)]
+    exit_code: Annotated[int, Field(ge=ExitCode.CHECK_FAILED, le=ExitCode.INTERNAL)]
     """1 interrupted, 2 bad input, 3 not observable or an internal error."""
 
     @classmethod

@@ -21,32 +21,27 @@ from repro_serving.builder.build import (
     run_node_claims,
 )
 from repro_serving.builder.canonical import canonical_json
+from repro_serving.builder.documents.bundle import OpenedBundle
+from repro_serving.builder.documents.evidence import ReplayDocument, Teacher
+from repro_serving.builder.documents.host import compare as compare_host
+from repro_serving.builder.documents.nodes import node_name
+from repro_serving.builder.documents.observations import OBSERVATIONS_FILE, ObservationsDocument
+from repro_serving.builder.documents.probes import DISPATCH_FILE
+from repro_serving.builder.documents.rundir import REPLAY_FILE
 from repro_serving.builder.drift import Drift
 from repro_serving.builder.hashing import sha256_file
-from repro_serving.builder.hostcheck import claim_drifts
+from repro_serving.builder.hostcheck import claim_drifts, verify_here
 from repro_serving.builder.native.kernels import KernelSet, kernel_set_files
-from repro_serving.builder.observations import OBSERVATIONS_FILE, ObservationsDocument
-from repro_serving.builder.observe import host as host_observer
 from repro_serving.builder.observe.artifacts import ArtifactFacts
-from repro_serving.builder.observe.dispatch import DISPATCH_FILE
-from repro_serving.builder.observe.python import path_values
+from repro_serving.builder.placeholders import path_values
 from repro_serving.builder.sealing import bundle
 from repro_serving.builder.sealing.bundle import KERNEL_SETS_DIR, SUITE_FILE, TEACHER_FILE
 from repro_serving.builder.sealing.keys import SigningKey, TrustedKeys
 from repro_serving.builder.sealing.seal import BundleContent, SealedBundle, seal
 from repro_serving.builder.sealing.statement import resolved_dependencies
-from repro_serving.builder.verify import (
-    NotVerified,
-    OpenedBundle,
-    VerifyReport,
-    gate_outcome,
-    verify,
-)
+from repro_serving.builder.verify import NotVerified, VerifyReport, gate_outcome
 from repro_serving.launch import cluster
-from repro_serving.launch.evidence import ReplayDocument, Teacher
-from repro_serving.launch.nodes import node_name
 from repro_serving.launch.run import RunPlan, RunRecord, observe_cluster, run_profile
-from repro_serving.launch.rundir import REPLAY_FILE
 
 
 class PreflightRefused(NotVerified):
@@ -73,7 +68,7 @@ def launch(
     profile: str | None = None,
     anchor: Path | None = None,
 ) -> Replay:
-    preflight = verify(path, trusted, host=True, anchor=anchor)
+    preflight = verify_here(path, trusted, anchor=anchor)
     if not preflight.ok:
         raise PreflightRefused(preflight)
     opened = OpenedBundle.read(path, anchor)
@@ -160,7 +155,7 @@ def node_preflight(opened: OpenedBundle, profile: str) -> list[Drift]:
         found += [
             drift.model_copy(update={"subject": f"{name}: {drift.subject}"})
             for drift in (
-                *host_observer.compare(manifest.host, node),
+                *compare_host(manifest.host, node),
                 *claim_drifts(claim.dispatch, kernel_sets, claim.env, node.capabilities()),
             )
         ]

@@ -18,7 +18,6 @@ import posixpath
 import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from functools import cached_property
 from pathlib import Path
 from typing import Final, TypeVar
 
@@ -35,47 +34,12 @@ from repro_serving.builder.claims import (
     roles_claim,
 )
 from repro_serving.builder.documents import read_document, read_sealed
-from repro_serving.builder.drift import Difference, Drift, DriftKind
-from repro_serving.builder.errors import BadInput, ReproError
-from repro_serving.builder.freshstarts import StartEvidence, start_problems
-from repro_serving.builder.handoff.checks import handoff_checks
-from repro_serving.builder.hashing import sha256_bytes, sha256_file
-from repro_serving.builder.lock import EvidenceClass, Lock, OracleRowClaim, ThroughputClaim
-from repro_serving.builder.manifest import Manifest, Suite, expand
-from repro_serving.builder.native.auditreport import AuditDocument, AuditDrifts, ProcessEvidence
-from repro_serving.builder.native.kernels import KernelSet
-from repro_serving.builder.native.sealedaudit import Interpreter, manifest_policy, rejudge
-from repro_serving.builder.observations import (
-    OBSERVATIONS_FILE,
-    Observations,
-    ObservationsDocument,
-)
-from repro_serving.builder.observations import drifts as observation_drifts
-from repro_serving.builder.observe.dispatch import DISPATCH_FILE, Probes
-from repro_serving.builder.observe.host import HostFacts
-from repro_serving.builder.observe.python import version_matches
-from repro_serving.builder.observe.vllmargv import (
-    logged_argument_problems,
-    logged_host_problems,
-    logged_version_problems,
-)
-from repro_serving.builder.readers import LOCK_LIMIT, MANIFEST_LIMIT
-from repro_serving.builder.sealing import bundle
-from repro_serving.builder.sealing.bundle import KERNEL_SETS_DIR, SUITE_FILE, TEACHER_FILE
-from repro_serving.builder.sealing.integrity import BundleReport, verify_bundle
-from repro_serving.builder.sealing.keys import TrustedKeys
-from repro_serving.builder.sealing.statement import (
-    GateOutcome,
-    descriptor_differences,
-    gate_results_statement,
-    resolved_dependencies,
-)
-from repro_serving.launch import consistency, metrics, quality
-from repro_serving.launch.evidence import (
+from repro_serving.builder.documents.audit import ProcessEvidence
+from repro_serving.builder.documents.bundle import OpenedBundle
+from repro_serving.builder.documents.evidence import (
     OracleRow,
     ReplayDocument,
     Rows,
-    RunDocument,
     RunEvidence,
     ServerDocument,
     Teacher,
@@ -84,9 +48,21 @@ from repro_serving.launch.evidence import (
     Verdicts,
     VerdictStatus,
 )
-from repro_serving.launch.gates import audit_verdict, judge_run, server_log_verdict
-from repro_serving.launch.nodes import NodesDocument
-from repro_serving.launch.rundir import (
+from repro_serving.builder.documents.lock import (
+    EvidenceClass,
+    OracleRowClaim,
+    ThroughputClaim,
+)
+from repro_serving.builder.documents.manifest import expand
+from repro_serving.builder.documents.nodes import NodesDocument
+from repro_serving.builder.documents.observations import (
+    OBSERVATIONS_FILE,
+    Observations,
+)
+from repro_serving.builder.documents.observations import drifts as observation_drifts
+from repro_serving.builder.documents.probes import DISPATCH_FILE, Probes
+from repro_serving.builder.documents.python import version_matches
+from repro_serving.builder.documents.rundir import (
     AUDIT_DIR,
     DRIFTS_FILE,
     LOG_FILE,
@@ -101,9 +77,35 @@ from repro_serving.launch.rundir import (
     TEARDOWN_FILE,
     VERDICTS_FILE,
     evidence_names,
-    rank_dir,
+    start_name,
 )
+from repro_serving.builder.drift import Difference, Drift, DriftKind
+from repro_serving.builder.errors import BadInput, ReproError
+from repro_serving.builder.freshstarts import StartEvidence, start_problems
+from repro_serving.builder.handoff.checks import handoff_checks
+from repro_serving.builder.hashing import sha256_bytes, sha256_file
+from repro_serving.builder.native.sealedaudit import Interpreter, manifest_policy, rejudge
+from repro_serving.builder.sealing import bundle
+from repro_serving.builder.sealing.bundle import SUITE_FILE, TEACHER_FILE
+from repro_serving.builder.sealing.integrity import BundleReport, verify_bundle
+from repro_serving.builder.sealing.keys import TrustedKeys
+from repro_serving.builder.sealing.statement import (
+    GateOutcome,
+    descriptor_differences,
+    gate_results_statement,
+    resolved_dependencies,
+)
+from repro_serving.builder.vllmlog import (
+    logged_argument_problems,
+    logged_host_problems,
+    logged_version_problems,
+)
+from repro_serving.launch import consistency, metrics, quality
+from repro_serving.launch.gates import audit_verdict, judge_run, server_log_verdict
 from repro_serving.launch.spec import RUN_PRIVATE_ENV
+
+_FIRST_ROWS: Final = f"{bundle.EVIDENCE_DIR}/{start_name(1)}/{ROWS_FILE}"
+"""Start 1's rows, as a claim names them."""
 
 
 @dataclass(frozen=True)
@@ -124,41 +126,28 @@ class VerifyReport:
         return not self.findings and all(check.ok for check in self.checks)
 
 
-def verify(
-    path: Path, trusted: TrustedKeys, *, host: bool = False, anchor: Path | None = None
-) -> VerifyReport:
-    """Verify the bundle at `path`; with `host`, re-observe this machine against it.
+def verify(path: Path, trusted: TrustedKeys, *, anchor: Path | None = None) -> VerifyReport:
+    """Verify the bundle at `path` from its sealed files alone. `builder.hostcheck.verify_here`
+    adds what this host is, against it (`--host`).
 
     `anchor` is the directory the manifest's relative paths resolve against on this host;
     by default the directory of the manifest as the build was given it, from here."""
+    return opened(path, trusted, anchor)[0]
+
+
+def opened(
+    path: Path, trusted: TrustedKeys, anchor: Path | None = None
+) -> tuple[VerifyReport, JudgedBundle | None]:
+    """The verdict on the bundle at `path`, and the bundle as read when its integrity holds."""
     integrity = verify_bundle(path, trusted)
     if not integrity.ok:
-        return VerifyReport(path, integrity.key_ids, (), integrity.findings)
-    sealed = OpenedBundle.read(path, anchor)
+        return VerifyReport(path, integrity.key_ids, (), integrity.findings), None
+    sealed = JudgedBundle.read(path, anchor)
     checks = (
         *recompute(sealed, handoff=not integrity.sealed_run, sealed_run=integrity.sealed_run),
         *attestation_checks(sealed, integrity),
     )
-    if not host:
-        return VerifyReport(path, integrity.key_ids, checks, ())
-    from repro_serving.builder import (
-        hostcheck,  # observing this host: only what `--host` runs imports it
-    )
-
-    # The cheapest refusal first: on a host that selects other code, nothing else matters.
-    selected = hostcheck.dispatch_drifts(sealed, hostcheck.capabilities())
-    if selected:
-        stopped = (
-            "this host selects other code than the record ran: nothing else observed. To make a "
-            "bundle of this host's code, build the manifest here, from a checkout of repro: "
-            f"repro build {sealed.lock.bundle.manifest_path} --signing-key KEY"
-        )
-        return VerifyReport(path, integrity.key_ids, checks, tuple(selected), stopped=stopped)
-    observed = hostcheck.observe(sealed.manifest)
-    found = hostcheck.host_drifts(sealed, observed)
-    return VerifyReport(
-        path, integrity.key_ids, checks, found.drifts, observed, differences=found.differences
-    )
+    return VerifyReport(path, integrity.key_ids, checks, ()), sealed
 
 
 class NotVerified(ReproError):
@@ -176,66 +165,10 @@ class NotVerified(ReproError):
 
 
 @dataclass(frozen=True)
-class OpenedBundle:
-    """A bundle proven intact (`builder.sealing.integrity`), read for its claims and evidence."""
+class JudgedBundle(OpenedBundle):
+    """An opened bundle whose sealed live audits are judged again, each once."""
 
-    path: Path
-    lock: Lock
-    manifest: Manifest
-    suite: Suite
     _audits: dict[tuple[int, int], SealedAudit] = field(default_factory=dict, compare=False)
-
-    @classmethod
-    def read(cls, path: Path, anchor: Path | None = None) -> OpenedBundle:
-        lock_bytes = read_sealed(path / bundle.LOCK, what="the lock", limit=LOCK_LIMIT)
-        lock = Lock.from_bytes(lock_bytes, where=str(path / bundle.LOCK))
-        data = read_sealed(path / bundle.MANIFEST, what="the manifest", limit=MANIFEST_LIMIT)
-        try:
-            text = data.decode("utf-8")
-        except UnicodeDecodeError as error:
-            raise BadInput(
-                "the sealed manifest is not UTF-8", where=str(path / bundle.MANIFEST)
-            ) from error
-        base = anchor if anchor is not None else Path(lock.bundle.manifest_path).parent
-        manifest = Manifest.from_toml(text, source=str(path / bundle.MANIFEST), base_dir=base)
-        suite = Suite.from_path(path / bundle.ORACLE_DIR / SUITE_FILE)
-        return cls(path, lock, manifest, suite)
-
-    def evidence(self, relative: str) -> Path:
-        return self.path / bundle.EVIDENCE_DIR / relative
-
-    def oracle(self, relative: str) -> Path:
-        return self.path / bundle.ORACLE_DIR / relative
-
-    @property
-    def kernels(self) -> Path:
-        """The kernel sets the bundle sealed: its dispatch rules and pins are judged by these."""
-        return self.path / KERNEL_SETS_DIR
-
-    def kernel_sets(self) -> tuple[KernelSet, ...]:
-        return tuple(KernelSet.load(n, self.kernels) for n in self.manifest.native.kernel_sets)
-
-    def teacher_bytes(self) -> bytes:
-        return read_sealed(self.oracle(TEACHER_FILE), what="the sealed teacher")
-
-    @cached_property
-    def observations(self) -> ObservationsDocument:
-        """Read once: several claims are checked against it."""
-        path = self.evidence(OBSERVATIONS_FILE)
-        return read_document(ObservationsDocument, path, what="the sealed observations")
-
-    @cached_property
-    def run(self) -> RunDocument:
-        path = self.evidence(RUN_FILE)
-        return read_document(RunDocument, path, what="the run record")
-
-    @cached_property
-    def nodes(self) -> NodesDocument | None:
-        """What each node's actor said (`nodes.json`), for a stack served across nodes."""
-        if not self.manifest.clustered:
-            return None
-        path = self.evidence(NODES_FILE)
-        return NodesDocument.from_bytes(read_sealed(path, what="the nodes' facts"), where=str(path))
 
     def audit(self, start: int, rank: int = 0) -> SealedAudit:
         """The sealed live audit of `start` (on rank `rank`'s node, for a stack served across
@@ -246,23 +179,9 @@ class OpenedBundle:
             self._audits[key] = self._judge_audit(start, rank)
         return self._audits[key]
 
-    def host(self, rank: int) -> HostFacts | None:
-        """The sealed facts of the host rank `rank` ran on: the observations' for one host or
-        rank 0, the nodes' facts for a further rank (None for a rank the nodes do not name)."""
-        if rank == 0 or self.nodes is None:
-            return self.observations.host
-        return next((n.host for n in self.nodes.nodes if n.rank == rank), None)
-
     def _judge_audit(self, start: int, rank: int) -> SealedAudit:
-        directory = rank_dir(self.evidence(f"start-{start}"), rank) / AUDIT_DIR
-        where = str(directory.relative_to(self.path))
-        path = directory / DRIFTS_FILE
-        drifts = read_document(AuditDrifts, path, what="the audit's drifts").root
-        documents = [
-            read_document(AuditDocument, role_file, what="sealed audit evidence")
-            for role_file in sorted(directory.glob("*.json"))
-            if role_file.name != DRIFTS_FILE
-        ]
+        where = str((self.start(start, rank) / AUDIT_DIR).relative_to(self.path))
+        drifts, documents = self.audit_documents(start, rank)
         values = self.observations.values
         host = self.host(rank)
         roles = self.manifest.node_processes(rank) if self.manifest.clustered else None
@@ -322,7 +241,7 @@ class SealedAudit:
 class _Recomputing:
     """What every stage of the pipeline is given."""
 
-    sealed: OpenedBundle
+    sealed: JudgedBundle
     rows: tuple[OracleRow, ...]
     """The rows of start 1."""
     taught: bool
@@ -358,7 +277,7 @@ stage still runs."""
 
 
 def recompute(
-    sealed: OpenedBundle, *, handoff: bool = True, sealed_run: bool = False
+    sealed: JudgedBundle, *, handoff: bool = True, sealed_run: bool = False
 ) -> tuple[ClaimCheck, ...]:
     """Every claim of the lock recomputed from the sealed evidence, stage by stage
     (`LIVE_RUN_STAGES`, or `builder.imported` for a record's); with `handoff` (a bundle sealed,
@@ -376,7 +295,7 @@ def recompute(
             lambda: imported.recompute(sealed.path, sealed.manifest, sealed.lock, handoff),
         )
     else:
-        read = _guarded("evidence/start-1/rows.json", lambda: [_rows_read(sealed)])
+        read = _guarded(_FIRST_ROWS, lambda: [_rows_read(sealed)])
         rows = _rows(sealed, 1) if read[0].ok else ()
         checks += [] if read[0].ok else read
         context = _Recomputing(sealed, rows, taught=not sealed_run, handoff=handoff)
@@ -386,9 +305,14 @@ def recompute(
     return tuple(checks)
 
 
-def _rows_read(sealed: OpenedBundle) -> ClaimCheck:
+def _rows_read(sealed: JudgedBundle) -> ClaimCheck:
     rows = _rows(sealed, 1)
-    return ClaimCheck("evidence/start-1/rows.json", EvidenceClass.SEALED, f"{len(rows)} rows", True)
+    return ClaimCheck(
+        _FIRST_ROWS,
+        EvidenceClass.SEALED,
+        f"{len(rows)} rows",
+        True,
+    )
 
 
 def _guarded(name: str, stage: Callable[[], list[ClaimCheck]]) -> list[ClaimCheck]:
@@ -405,12 +329,12 @@ def _not_applicable(claim: str, why: str) -> ClaimCheck:
 
 
 def _handoff_checks(
-    sealed: OpenedBundle, checks: list[ClaimCheck], handoff: bool
+    sealed: JudgedBundle, checks: list[ClaimCheck], handoff: bool
 ) -> list[ClaimCheck]:
     return handoff_checks(sealed.path, sealed.lock, checks) if handoff else []
 
 
-def _content_check(sealed: OpenedBundle, handoff: bool, *, replayed: bool) -> ClaimCheck:
+def _content_check(sealed: JudgedBundle, handoff: bool, *, replayed: bool) -> ClaimCheck:
     """The bundle holds exactly what its manifest's run seals: the suite and the teacher, the
     kernel sets the manifest names, and every evidence file of each fresh start, no fewer (a
     teardown record or a start's audit removed) and no more (a file nothing reads); a bundle
@@ -430,7 +354,7 @@ def _content_check(sealed: OpenedBundle, handoff: bool, *, replayed: bool) -> Cl
     )
 
 
-def _replay_check(sealed: OpenedBundle) -> ClaimCheck:
+def _replay_check(sealed: JudgedBundle) -> ClaimCheck:
     """A run sealed by `repro launch` says what differed from the bundle it replayed; each
     difference is one the manifest allows, and this run's own observations show it (the
     bundle's side is its lock's, which the run names by sha256 and does not carry)."""
@@ -464,7 +388,7 @@ def _replay_check(sealed: OpenedBundle) -> ClaimCheck:
     )
 
 
-def _manifest_check(sealed: OpenedBundle) -> ClaimCheck:
+def _manifest_check(sealed: JudgedBundle) -> ClaimCheck:
     digest = sha256_file(sealed.path / bundle.MANIFEST)
     return _equal(
         "bundle.manifest_sha256", EvidenceClass.SEALED, digest, sealed.lock.bundle.manifest_sha256
@@ -472,7 +396,7 @@ def _manifest_check(sealed: OpenedBundle) -> ClaimCheck:
 
 
 def _oracle_checks(
-    sealed: OpenedBundle, rows: tuple[OracleRow, ...], *, taught_here: bool
+    sealed: JudgedBundle, rows: tuple[OracleRow, ...], *, taught_here: bool
 ) -> list[ClaimCheck]:
     """The oracle claim recomputed from the bench rows of start 1. `taught_here`: the teacher
     was captured from these rows (a bundle), so its rate is theirs; a sealed run carries the
@@ -569,7 +493,7 @@ def _throughput_checks(
     return checks
 
 
-def _fresh_start_checks(sealed: OpenedBundle, first: tuple[OracleRow, ...]) -> list[ClaimCheck]:
+def _fresh_start_checks(sealed: JudgedBundle, first: tuple[OracleRow, ...]) -> list[ClaimCheck]:
     checks = []
     for start in range(2, sealed.manifest.oracle.gates.fresh_starts + 1):
         again = _rows(sealed, start)
@@ -634,7 +558,7 @@ def _log_version_problems(
     starts: Sequence[StartEvidence], packages: Mapping[str, str]
 ) -> list[str]:
     """Every vLLM version a start's log states, in any of the phrasings vLLM logs it
-    (`builder.observe.vllmargv.LOGGED_VERSION`), is the one the lock pins; where no one
+    (`builder.vllmlog.LOGGED_VERSION`), is the one the lock pins; where no one
     distribution pins it (vLLM served from a source tree), each log states one version."""
     pinned = [v for name, v in packages.items() if VLLM_DISTRIBUTION.fullmatch(name)]
     return [
@@ -648,7 +572,7 @@ def _log_version_problems(
     ]
 
 
-def _consistency_checks(sealed: OpenedBundle) -> list[ClaimCheck]:
+def _consistency_checks(sealed: JudgedBundle) -> list[ClaimCheck]:
     """Each start's rows against themselves and the suite, its `/metrics` reads against its
     rows (`launch.consistency`), and every start's rows against start 1's: the same prompt
     tokenizes alike, the same token ids decode to the same text, within a start as across
@@ -660,15 +584,15 @@ def _consistency_checks(sealed: OpenedBundle) -> list[ClaimCheck]:
     checks = []
     starts = []
     for start in range(1, manifest.oracle.gates.fresh_starts + 1):
-        where = f"{bundle.EVIDENCE_DIR}/start-{start}"
+        where = f"{bundle.EVIDENCE_DIR}/{start_name(start)}"
         rows = _rows(sealed, start)
         starts.append((f"{where}/{ROWS_FILE}", rows))
         found = consistency.rows_problems(
             suite, rows, where=f"{where}/{ROWS_FILE}", limits=limits, cached_tokens_gated=gated
         )
         problems = list(found.problems)
-        before = _text(sealed.evidence(f"start-{start}/{METRICS_BEFORE}"))
-        after = _text(sealed.evidence(f"start-{start}/{METRICS_AFTER}"))
+        before = _text(sealed.start_file(start, METRICS_BEFORE))
+        after = _text(sealed.start_file(start, METRICS_AFTER))
         if before is None or after is None:
             problems.append(f"{where}: expected /metrics read before and after, found none")
         else:
@@ -745,13 +669,13 @@ ENGINE_CORE_ROLE: Final = "engine_core"
 _T = TypeVar("_T")
 
 
-def _server_facts(sealed: OpenedBundle, start: int) -> consistency.ServerFacts:
+def _server_facts(sealed: JudgedBundle, start: int) -> consistency.ServerFacts:
     """What start `start`'s other sealed files state about the server its `/metrics` reads came
     from (`launch.consistency.ServerFacts`): when it was ready (`server.json`), when its engine
     core started (rank 0's sealed audit), its interpreter (the observations), its environment
     (`run.json`) and readiness path (the manifest). A file that cannot be read states nothing
     here: the stage that reads it fails, naming it."""
-    where = f"{bundle.EVIDENCE_DIR}/start-{start}"
+    where = f"{bundle.EVIDENCE_DIR}/{start_name(start)}"
     ready = _readable(lambda: _server(sealed, start).ready_at)
     started = _readable(
         lambda: [
@@ -789,7 +713,7 @@ def _readable(read: Callable[[], _T]) -> _T | None:
         return None
 
 
-def _audit_checks(sealed: OpenedBundle) -> list[ClaimCheck]:
+def _audit_checks(sealed: JudgedBundle) -> list[ClaimCheck]:
     """Each start's sealed live audit on each node, judged again: whatever it states, a drift
     found again fails it."""
     checks = []
@@ -883,9 +807,7 @@ def _private_problems(
     home, tmp = launched.get("HOME"), launched.get("TMPDIR")
     if home is not None:
         run = posixpath.dirname(posixpath.dirname(home))
-        expected = posixpath.join(
-            run, f"start-{start}", *([f"rank-{rank}"] if rank else []), "home"
-        )
+        expected = posixpath.join(run, start_name(start, rank), "home")
         if root.environ.get("HOME", expected) != expected:
             problems.append(
                 f"environment pid {root.pid} ({root.role}): HOME: expected {expected!r} (this "
@@ -901,16 +823,16 @@ def _private_problems(
     return problems
 
 
-def _starts_and_ranks(sealed: OpenedBundle) -> list[tuple[int, int]]:
+def _starts_and_ranks(sealed: JudgedBundle) -> list[tuple[int, int]]:
     ranks = [n.rank for n in sealed.manifest.declared_nodes] or [0]
     starts = range(1, sealed.manifest.oracle.gates.fresh_starts + 1)
     return [(start, rank) for start in starts for rank in ranks]
 
 
-def _start_evidence(sealed: OpenedBundle) -> list[StartEvidence]:
+def _start_evidence(sealed: JudgedBundle) -> list[StartEvidence]:
     found = []
     for start, rank in _starts_and_ranks(sealed):
-        directory = rank_dir(sealed.evidence(f"start-{start}"), rank)
+        directory = sealed.start(start, rank)
         audit = sealed.audit(start, rank)
         server = _server(sealed, start) if rank == 0 else None
         teardown = read_document(
@@ -934,11 +856,11 @@ def _start_evidence(sealed: OpenedBundle) -> list[StartEvidence]:
     return found
 
 
-def _served_by(sealed: OpenedBundle, start: int) -> tuple[float, ...]:
+def _served_by(sealed: JudgedBundle, start: int) -> tuple[float, ...]:
     """The start time each of the start's `/metrics` reads states of the process serving it."""
     stated = []
     for name in (METRICS_BEFORE, METRICS_AFTER):
-        path = sealed.evidence(f"start-{start}/{name}")
+        path = sealed.start_file(start, name)
         text = _text(path)
         if text is None:
             continue
@@ -947,25 +869,25 @@ def _served_by(sealed: OpenedBundle, start: int) -> tuple[float, ...]:
     return tuple(stated)
 
 
-def _server(sealed: OpenedBundle, start: int) -> ServerDocument:
-    path = sealed.evidence(f"start-{start}/{SERVER_FILE}")
+def _server(sealed: JudgedBundle, start: int) -> ServerDocument:
+    path = sealed.start_file(start, SERVER_FILE)
     return read_document(ServerDocument, path, what="the server's record")
 
 
-def _teardown(sealed: OpenedBundle, start: int) -> TeardownDocument | None:
+def _teardown(sealed: JudgedBundle, start: int) -> TeardownDocument | None:
     """Rank 0's `teardown.json` of `start`; None when it is not sealed (refused elsewhere)."""
-    path = sealed.evidence(f"start-{start}") / TEARDOWN_FILE
+    path = sealed.start_file(start, TEARDOWN_FILE)
     if not path.is_file():
         return None
     return read_document(TeardownDocument, path, what="the teardown's record")
 
 
-def _log(sealed: OpenedBundle, start: int, rank: int) -> bytes:
-    path = rank_dir(sealed.evidence(f"start-{start}"), rank) / LOG_FILE
+def _log(sealed: JudgedBundle, start: int, rank: int) -> bytes:
+    path = sealed.start(start, rank) / LOG_FILE
     return read_sealed(path, what="a server log") if path.is_file() else b""
 
 
-def _native_check(sealed: OpenedBundle) -> ClaimCheck:
+def _native_check(sealed: JudgedBundle) -> ClaimCheck:
     values = sealed.observations.values
     audit = sealed.audit(1)
     audit_drifts = audit.all_drifts
@@ -997,7 +919,7 @@ def _native_check(sealed: OpenedBundle) -> ClaimCheck:
     )
 
 
-def _dispatch_check(sealed: OpenedBundle) -> ClaimCheck:
+def _dispatch_check(sealed: JudgedBundle) -> ClaimCheck:
     """Each choice of code recomputed: the variant mapped in the sealed audit (or reported by
     the sealed probe) and the deciding facts of the sealed host, by the sealed kernel sets."""
     host = sealed.observations.host.capabilities()
@@ -1027,7 +949,7 @@ def _dispatch_check(sealed: OpenedBundle) -> ClaimCheck:
     )
 
 
-def _nodes_check(sealed: OpenedBundle) -> ClaimCheck:
+def _nodes_check(sealed: JudgedBundle) -> ClaimCheck:
     """Each node's claim recomputed from what its actor said (`nodes.json`) and its rank's
     sealed audit of start 1: every declared node answered, from its declared address, and no
     other; its host facts, mappings, loader environments and choices of code are the lock's."""
@@ -1102,7 +1024,7 @@ def _loopback(address: str) -> bool:
         return False
 
 
-def _gates_check(sealed: OpenedBundle) -> ClaimCheck:
+def _gates_check(sealed: JudgedBundle) -> ClaimCheck:
     """Every gate verdict recomputed from the sealed evidence by the function the run judged
     with, and equal to the sealed verdicts: the same gates, in order, with the same outcome and
     numbers. A start's live audit passes exactly when its sealed audit holds no drift."""
@@ -1138,7 +1060,7 @@ def _gates_check(sealed: OpenedBundle) -> ClaimCheck:
     )
 
 
-def _quality_check(sealed: OpenedBundle, rows: tuple[OracleRow, ...]) -> ClaimCheck:
+def _quality_check(sealed: JudgedBundle, rows: tuple[OracleRow, ...]) -> ClaimCheck:
     """The quality verdicts recomputed from the sealed answers: the same checks, the same
     outcomes. They report; they never fail the record (they are kept apart from the gates)."""
     path = sealed.evidence(QUALITY_FILE)
@@ -1154,7 +1076,7 @@ def _quality_check(sealed: OpenedBundle, rows: tuple[OracleRow, ...]) -> ClaimCh
     )
 
 
-def recompute_verdicts(sealed: OpenedBundle) -> tuple[Verdict, ...]:
+def recompute_verdicts(sealed: JudgedBundle) -> tuple[Verdict, ...]:
     """The manifest's gates over the bundle's sealed run, as `launch.run.judge` judged it."""
     manifest = sealed.manifest
     teacher = sealed.run.teacher
@@ -1168,14 +1090,14 @@ def recompute_verdicts(sealed: OpenedBundle) -> tuple[Verdict, ...]:
             expected=f"the teacher of {bundle.ORACLE_DIR}/{TEACHER_FILE}",
         )
     starts = manifest.oracle.gates.fresh_starts
-    before = _text(sealed.evidence(f"start-1/{METRICS_BEFORE}"))
-    after = _text(sealed.evidence(f"start-1/{METRICS_AFTER}"))
+    before = _text(sealed.start_file(1, METRICS_BEFORE))
+    after = _text(sealed.start_file(1, METRICS_AFTER))
     evidence = RunEvidence(
         rows=_rows(sealed, 1),
         teacher=teacher,
         metrics=metrics.delta(before, after) if before is not None and after is not None else None,
         metrics_after=after,
-        server_log=_text(sealed.evidence(f"start-1/{LOG_FILE}")),
+        server_log=_text(sealed.start_file(1, LOG_FILE)),
         later_starts=tuple(_rows(sealed, start) for start in range(2, starts + 1)),
     )
     markers = tuple(marker for kernel_set in sealed.kernel_sets() for marker in kernel_set.markers)
@@ -1190,7 +1112,7 @@ def recompute_verdicts(sealed: OpenedBundle) -> tuple[Verdict, ...]:
     logs = []
     for start in range(1, starts + 1):
         for rank in ranks:
-            directory = rank_dir(sealed.evidence(f"start-{start}"), rank)
+            directory = sealed.start(start, rank)
             teardown = read_document(
                 TeardownDocument, directory / TEARDOWN_FILE, what="the teardown's record"
             )
@@ -1209,7 +1131,7 @@ def _text(path: Path) -> str | None:
     return read_sealed(path, what="sealed evidence").decode(errors="replace")
 
 
-def _observations_check(sealed: OpenedBundle) -> ClaimCheck:
+def _observations_check(sealed: JudgedBundle) -> ClaimCheck:
     """The observations the build (or a replay's preflight) recorded, judged again against the
     sealed manifest by the function that refused any disagreement then
     (`builder.observations.drifts`): a sealed observation that breaks the manifest (a model
@@ -1252,7 +1174,7 @@ def _sealed_drift(file: str, field: str, expected: str, found: str) -> Drift:
     )
 
 
-def _observed_checks(sealed: OpenedBundle) -> list[ClaimCheck]:
+def _observed_checks(sealed: JudgedBundle) -> list[ClaimCheck]:
     """The live claims against the observations the build recorded."""
     observed = sealed.observations
     lock = sealed.lock
@@ -1296,7 +1218,7 @@ def _observed_checks(sealed: OpenedBundle) -> list[ClaimCheck]:
     return checks
 
 
-def _anchored_checks(sealed: OpenedBundle, *, taught: bool = True) -> list[ClaimCheck]:
+def _anchored_checks(sealed: JudgedBundle, *, taught: bool = True) -> list[ClaimCheck]:
     """Every lock value taken from a sealed file, checked equal to that file: the manifest
     (bundle, model pins, source pins, launch, enforced host facts, kernel sets), the build's
     observations (interpreter, source state, RECORD checks) and the run record (profile)."""
@@ -1422,8 +1344,8 @@ def _anchored_checks(sealed: OpenedBundle, *, taught: bool = True) -> list[Claim
     ]
 
 
-def _rows(sealed: OpenedBundle, start: int) -> tuple[OracleRow, ...]:
-    path = sealed.evidence(f"start-{start}/{ROWS_FILE}")
+def _rows(sealed: JudgedBundle, start: int) -> tuple[OracleRow, ...]:
+    path = sealed.start_file(start, ROWS_FILE)
     if not path.is_file():
         raise BadInput("sealed evidence is missing", where=str(path))
     return read_document(Rows, path, what="the sealed rows").root
@@ -1455,7 +1377,7 @@ SHOWN_DIFFERENCES = 5
 """Differing entries a check names, before saying how many more there are."""
 
 
-def attestation_checks(sealed: OpenedBundle, integrity: BundleReport) -> list[ClaimCheck]:
+def attestation_checks(sealed: JudgedBundle, integrity: BundleReport) -> list[ClaimCheck]:
     """What the signed statements say beyond the files they seal, recomputed from what the
     bundle seals: the provenance's resolvedDependencies and builder version from the lock; for
     a sealed run, its test-result statement from the gates recomputed over its evidence."""
@@ -1504,7 +1426,7 @@ def gate_outcome(verdicts: tuple[Verdict, ...]) -> GateOutcome:
     )
 
 
-def _gate_results_check(sealed: OpenedBundle, integrity: BundleReport) -> ClaimCheck:
+def _gate_results_check(sealed: JudgedBundle, integrity: BundleReport) -> ClaimCheck:
     claim = "test-result.dsse.json = the gates recomputed"
     stated = integrity.gate_results
     if stated is None:  # integrity held, so a sealed run's results were read: never here

@@ -29,9 +29,10 @@ from typing import Any, Final
 
 import psutil
 
+from repro_serving.builder.documents.manifest import Manifest
+from repro_serving.builder.documents.nodes import NodeFacts, NodesDocument, node_name
 from repro_serving.builder.drift import Drift, DriftKind
 from repro_serving.builder.errors import NotObservable, ReproError
-from repro_serving.builder.manifest import Manifest
 from repro_serving.builder.native.audit import AuditReport
 from repro_serving.builder.native.kernels import KernelSet
 from repro_serving.builder.native.policy import judge_tree, observe_tree
@@ -39,7 +40,7 @@ from repro_serving.builder.native.rules import AuditPolicy
 from repro_serving.builder.observe.dispatch import probe_code_paths
 from repro_serving.builder.observe.host import observe_host
 from repro_serving.launch import server as lifecycle
-from repro_serving.launch.nodes import NodeFacts, NodesDocument, node_name
+from repro_serving.launch.spec import ServerSpec
 
 ADDRESS_VARIABLE: Final = "RAY_ADDRESS"
 CALL_SLACK_S: Final = 60.0
@@ -91,7 +92,7 @@ class NodeAgent:
             boot_id=_boot_id(),
         )
 
-    def spawn(self, spec: lifecycle.ServerSpec) -> int:
+    def spawn(self, spec: ServerSpec) -> int:
         """Start the rank's tree and return its leader's pid at once: the stack's readiness
         (rank 0's probe) is the driver's to await."""
         if self._server is not None:

@@ -118,10 +118,10 @@ from functools import cached_property
 from itertools import pairwise
 from typing import Final, Literal
 
+from repro_serving.builder.documents.evidence import OracleRow
+from repro_serving.builder.documents.manifest import ENDPOINTS, Suite
 from repro_serving.builder.errors import BadInput
-from repro_serving.builder.manifest import ENDPOINTS, Suite
-from repro_serving.builder.observe.vllmargv import flag_name, flag_value
-from repro_serving.launch.evidence import OracleRow
+from repro_serving.builder.vllmlog import flag_name, flag_value
 from repro_serving.launch.gates import AccessLine, access_lines
 from repro_serving.launch.metrics import LabelSet, Samples, families, samples
 

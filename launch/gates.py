@@ -1,8 +1,8 @@
 """The gates of a run: each one a pure function from evidence to a `Verdict` with its numbers.
 
-This module owns what each gate of the manifest's `[oracle.gates]` means (DESIGN.md, "Oracle
-and gates") and `judge`, the one place that decides which gates a run is judged by. A gate does
-no I/O and no retries; the same function judges a live run and a historical record's files.
+This module owns what each gate of the manifest's `[oracle.gates]` means and `GATES`, the one
+table of every kind of gate: what `judge` judges a run by, in its order. A gate does no I/O and
+no retries; the same function judges a live run and a historical record's files.
 
 `judge` returns a verdict for every kind of gate, in a fixed order: a gate the manifest disables
 is `n/a` and says so; a gate it enables whose evidence is absent fails and names what is missing,
@@ -16,13 +16,19 @@ from __future__ import annotations
 
 import re
 from collections import Counter
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Final
 
-from repro_serving.builder.drift import Drift
-from repro_serving.builder.errors import BadInput
-from repro_serving.builder.manifest import (
+from repro_serving.builder.documents.evidence import (
+    MetricsDelta,
+    OracleRow,
+    RunEvidence,
+    Teacher,
+    Verdict,
+    VerdictStatus,
+)
+from repro_serving.builder.documents.manifest import (
     FreshStartThroughputGate,
     Gates,
     LatencyGate,
@@ -32,15 +38,10 @@ from repro_serving.builder.manifest import (
     StallGate,
     ThroughputGate,
 )
+from repro_serving.builder.drift import Drift
+from repro_serving.builder.errors import BadInput
 from repro_serving.builder.patterns import compile_pattern
-from repro_serving.launch.evidence import (
-    MetricsDelta,
-    OracleRow,
-    RunEvidence,
-    Teacher,
-    Verdict,
-    VerdictStatus,
-)
+from repro_serving.launch import gatetext
 from repro_serving.launch.latency import Distribution, latency, stalls
 from repro_serving.launch.metrics import samples
 from repro_serving.launch.throughput import (
@@ -594,45 +595,69 @@ def metrics_info(gate: MetricsInfoGate, metrics_text: str) -> Verdict:
     return _verdict(name, True, summary, labels=dict(gate.labels))
 
 
-# --- the gates of a run -------------------------------------------------------------------------
+# --- the gates of a run: one table -------------------------------------------------------------
 
 _DISABLED: Final = "disabled in oracle.gates"
 
 
-def _teacher_gates(gates: Gates, evidence: RunEvidence) -> list[Verdict]:
-    verdicts: list[Verdict] = []
-    for name, enabled, gate in (
-        ("exact_token_ids", gates.exact_token_ids, exact_token_ids),
-        ("text_sha256", gates.text_sha256, text_sha256),
-    ):
-        if not enabled:
-            verdicts.append(_not_applicable(name, _DISABLED))
-        elif evidence.rows is None:
-            verdicts.append(_missing(name, "oracle rows"))
-        elif evidence.teacher is None:
-            verdicts.append(_missing(name, "teacher"))
-        else:
-            verdicts.append(gate(evidence.rows, evidence.teacher))
-    return verdicts
+@dataclass(frozen=True)
+class Judging:
+    """What a gate is judged with beside the manifest's gates and the evidence."""
+
+    survival_ratio_max: float = SURVIVAL_RATIO_MAX
+    kernel_markers: tuple[LogMarker, ...] = ()
+    """The runtime markers of the manifest's kernel sets (`native.kernels.runtime_markers`)."""
 
 
-def _cached_tokens_gate(gates: Gates, evidence: RunEvidence) -> Verdict:
+@dataclass(frozen=True)
+class GateKind:
+    """One kind of gate: its name (a verdict's gate, or the part before `:`), what evidence it
+    reads, how it judges, and how `repro check` (before a run) and `repro report` (after)
+    describe it. `judge` is None for the gates a run gives each start (its live audit, its log),
+    judged where each start is read (`audit_verdict`, `server_log_verdict`)."""
+
+    name: str
+    needs: str
+    judge: Callable[[Gates, RunEvidence, Judging], list[Verdict]] | None
+    plan: Callable[[Gates], gatetext.Plan]
+    shown: Callable[[gatetext.Details, Gates, str], gatetext.Shown] | None
+    """None: the verdict's summary is what it measured."""
+    bound: str = gatetext.NONE
+    """The bound a report shows when the evidence is missing."""
+
+
+def _with_teacher(
+    name: str, gate: Callable[[Sequence[OracleRow], Teacher], Verdict]
+) -> Callable[[Gates, RunEvidence, Judging], list[Verdict]]:
+    def judged(gates: Gates, evidence: RunEvidence, _: Judging) -> list[Verdict]:
+        if not getattr(gates, name):
+            return [_not_applicable(name, _DISABLED)]
+        if evidence.rows is None:
+            return [_missing(name, "oracle rows")]
+        if evidence.teacher is None:
+            return [_missing(name, "teacher")]
+        return [gate(evidence.rows, evidence.teacher)]
+
+    return judged
+
+
+def _cached_tokens_gate(gates: Gates, evidence: RunEvidence, _: Judging) -> list[Verdict]:
     if not gates.cached_tokens_zero:
-        return _not_applicable("cached_tokens_zero", _DISABLED)
+        return [_not_applicable("cached_tokens_zero", _DISABLED)]
     if evidence.rows is None:
-        return _missing("cached_tokens_zero", "oracle rows")
-    return cached_tokens_zero(evidence.rows)
+        return [_missing("cached_tokens_zero", "oracle rows")]
+    return [cached_tokens_zero(evidence.rows)]
 
 
-def _prefix_cache_gate(gates: Gates, evidence: RunEvidence) -> Verdict:
+def _prefix_cache_gate(gates: Gates, evidence: RunEvidence, _: Judging) -> list[Verdict]:
     if not gates.prefix_cache_hit_delta_zero:
-        return _not_applicable("prefix_cache_hit_delta_zero", _DISABLED)
+        return [_not_applicable("prefix_cache_hit_delta_zero", _DISABLED)]
     if evidence.metrics is None:
-        return _missing("prefix_cache_hit_delta_zero", "metrics diff")
-    return prefix_cache_hit_delta_zero(evidence.metrics)
+        return [_missing("prefix_cache_hit_delta_zero", "metrics diff")]
+    return [prefix_cache_hit_delta_zero(evidence.metrics)]
 
 
-def _metrics_info_gates(gates: Gates, evidence: RunEvidence) -> list[Verdict]:
+def _metrics_info_gates(gates: Gates, evidence: RunEvidence, _: Judging) -> list[Verdict]:
     return [
         _missing(f"metrics_info:{gate.family}", "metrics text read after the suite")
         if evidence.metrics_after is None
@@ -641,47 +666,56 @@ def _metrics_info_gates(gates: Gates, evidence: RunEvidence) -> list[Verdict]:
     ]
 
 
-def _log_gates(gates: Gates, log: str | None, kernel_markers: Sequence[LogMarker]) -> list[Verdict]:
-    verdicts: list[Verdict] = []
+def _log_marker_gates(gates: Gates, evidence: RunEvidence, _: Judging) -> list[Verdict]:
+    log = evidence.server_log
     if not gates.log_markers:
-        verdicts.append(_not_applicable("log_markers", "no log markers declared"))
-    for marker in gates.log_markers:
-        name = f"log_marker:{marker.name}"
-        verdicts.append(_missing(name, "server log") if log is None else log_marker(marker, log))
-    for marker in kernel_markers:
+        return [_not_applicable("log_markers", "no log markers declared")]
+    return [
+        _missing(f"log_marker:{m.name}", "server log") if log is None else log_marker(m, log)
+        for m in gates.log_markers
+    ]
+
+
+def _kernel_marker_gates(gates: Gates, evidence: RunEvidence, judging: Judging) -> list[Verdict]:
+    log = evidence.server_log
+    verdicts = []
+    for marker in judging.kernel_markers:
         verdict = _missing(f"log_marker:{marker.name}", "server log")
         verdict = verdict if log is None else log_marker(marker, log)
         verdicts.append(verdict.model_copy(update={"gate": f"kernel_marker:{marker.name}"}))
-    patterns = gates.forbidden_log_patterns
-    name = "forbidden_log_patterns"
-    if not patterns:
-        verdicts.append(_not_applicable(name, "no forbidden log patterns declared"))
-    else:
-        verdicts.append(
-            _missing(name, "server log") if log is None else forbidden_log_patterns(patterns, log)
-        )
     return verdicts
 
 
-def _spec_decode_gate(gates: Gates, evidence: RunEvidence, ratio_max: float) -> Verdict:
+def _forbidden_gate(gates: Gates, evidence: RunEvidence, _: Judging) -> list[Verdict]:
+    name, patterns, log = (
+        "forbidden_log_patterns",
+        gates.forbidden_log_patterns,
+        evidence.server_log,
+    )
+    if not patterns:
+        return [_not_applicable(name, "no forbidden log patterns declared")]
+    return [_missing(name, "server log") if log is None else forbidden_log_patterns(patterns, log)]
+
+
+def _spec_decode_gate(gates: Gates, evidence: RunEvidence, judging: Judging) -> list[Verdict]:
     if gates.spec_decode is None:
-        return _not_applicable("spec_decode", "no spec_decode gate declared")
+        return [_not_applicable("spec_decode", "no spec_decode gate declared")]
     if evidence.metrics is None:
-        return _missing("spec_decode", "metrics diff")
-    return spec_decode(gates.spec_decode, evidence.metrics, ratio_max)
+        return [_missing("spec_decode", "metrics diff")]
+    return [spec_decode(gates.spec_decode, evidence.metrics, judging.survival_ratio_max)]
 
 
-def _throughput_gate(gates: Gates, evidence: RunEvidence) -> Verdict:
+def _throughput_gate(gates: Gates, evidence: RunEvidence, _: Judging) -> list[Verdict]:
     if gates.throughput is None:
-        return _not_applicable("throughput", "no throughput gate declared")
+        return [_not_applicable("throughput", "no throughput gate declared")]
     if evidence.rows is None:
-        return _missing("throughput", "oracle rows")
+        return [_missing("throughput", "oracle rows")]
     if evidence.teacher is None or evidence.teacher.conventional_tok_s is None:
-        return _missing("throughput", "teacher conventional rate")
-    return throughput(gates.throughput, evidence.rows, evidence.teacher.conventional_tok_s)
+        return [_missing("throughput", "teacher conventional rate")]
+    return [throughput(gates.throughput, evidence.rows, evidence.teacher.conventional_tok_s)]
 
 
-def _fresh_start_gates(gates: Gates, evidence: RunEvidence) -> list[Verdict]:
+def _fresh_start_gates(gates: Gates, evidence: RunEvidence, _: Judging) -> list[Verdict]:
     starts = max(gates.fresh_starts - 1, len(evidence.later_starts))
     if starts == 0:
         return [_not_applicable("fresh_starts", "one fresh start declared")]
@@ -698,7 +732,7 @@ def _fresh_start_gates(gates: Gates, evidence: RunEvidence) -> list[Verdict]:
     return verdicts
 
 
-def _fresh_start_throughput_gates(gates: Gates, evidence: RunEvidence) -> list[Verdict]:
+def _fresh_start_throughput_gates(gates: Gates, evidence: RunEvidence, _: Judging) -> list[Verdict]:
     name = "fresh_start_throughput"
     gate, window = gates.fresh_start_throughput, gates.throughput
     if gate is None or window is None:  # the manifest requires the window with the gate
@@ -718,6 +752,71 @@ def _fresh_start_throughput_gates(gates: Gates, evidence: RunEvidence) -> list[V
     return verdicts
 
 
+def _stall_gate(gates: Gates, evidence: RunEvidence, _: Judging) -> list[Verdict]:
+    if gates.stall is None:
+        return []
+    starts = _starts(evidence)
+    return [stall(gates.stall, starts) if starts else _missing("stall", "oracle rows of start 1")]
+
+
+def _latency_gate(gates: Gates, evidence: RunEvidence, _: Judging) -> list[Verdict]:
+    if gates.latency is None:
+        return []
+    starts = _starts(evidence)
+    if not starts:
+        return [_missing("latency", "oracle rows of start 1")]
+    return [latency_bounds(gates.latency, starts)]
+
+
+GATES: Final = (
+    GateKind("exact_token_ids", "the rows and the teacher",
+             _with_teacher("exact_token_ids", exact_token_ids), gatetext.exact_token_ids_plan,
+             gatetext.equal_rows_shown, "every row, every token id"),
+    GateKind("text_sha256", "the rows and the teacher", _with_teacher("text_sha256", text_sha256),
+             gatetext.text_sha256_plan, gatetext.text_rows_shown, "every row's text sha256"),
+    GateKind("cached_tokens_zero", "the rows", _cached_tokens_gate, gatetext.cached_tokens_plan,
+             gatetext.cached_shown, "0 on every row"),
+    GateKind("prefix_cache_hit_delta_zero", "the /metrics diff", _prefix_cache_gate,
+             gatetext.prefix_cache_plan, gatetext.hits_shown, "0 hits during the suite"),
+    GateKind("metrics_info", "the /metrics text after the suite", _metrics_info_gates,
+             gatetext.metrics_info_plan, gatetext.metrics_info_shown),
+    GateKind("log_marker", "the server log", _log_marker_gates, gatetext.log_marker_plan,
+             gatetext.marker_shown),
+    GateKind("kernel_marker", "the server log", _kernel_marker_gates, gatetext.kernel_marker_plan,
+             gatetext.marker_shown),
+    GateKind("forbidden_log_patterns", "the server log", _forbidden_gate, gatetext.forbidden_plan,
+             gatetext.forbidden_shown),
+    GateKind("spec_decode", "the /metrics diff", _spec_decode_gate, gatetext.spec_decode_plan,
+             gatetext.spec_decode_shown, "the declared acceptance bounds"),
+    GateKind("throughput", "the rows and the teacher's rate", _throughput_gate,
+             gatetext.throughput_plan, gatetext.throughput_shown, "the floor"),
+    GateKind("fresh_starts", "the rows of every start", _fresh_start_gates,
+             gatetext.fresh_starts_plan, gatetext.fresh_start_shown,
+             "start 1's token ids, every row"),
+    GateKind("fresh_start_throughput", "the rows of every start", _fresh_start_throughput_gates,
+             gatetext.fresh_rate_plan, gatetext.fresh_rate_shown),
+    GateKind("stall", "the client's token times of every start", _stall_gate,
+             gatetext.stall_plan, gatetext.stall_shown),
+    GateKind("latency", "the client's token times of every start", _latency_gate,
+             gatetext.latency_plan, gatetext.latency_shown),
+    GateKind("live_audit", "each start's live audit", None, gatetext.per_start_plan,
+             gatetext.audit_shown),
+    GateKind("server_log", "each start's server log", None, gatetext.per_start_plan, None),
+)  # fmt: skip
+"""Every kind of gate, in the order `judge` gives their verdicts. A new gate is one entry here
+and its judging function; `repro check`, `repro report` and `repro verify` read it from here."""
+
+KINDS: Final = {kind.name: kind for kind in GATES}
+"""A kind by its name: the part of a verdict's gate before `:` (`log_markers` is the `n/a` of
+`log_marker`)."""
+
+
+def kind_of(gate: str) -> GateKind | None:
+    """The kind of the verdict named `gate` (`log_marker:ready`, `live_audit:start-2`)."""
+    name = gate.partition(":")[0]
+    return KINDS.get("log_marker" if name == "log_markers" else name)
+
+
 def judge(
     gates: Gates,
     evidence: RunEvidence,
@@ -725,44 +824,26 @@ def judge(
     survival_ratio_max: float = SURVIVAL_RATIO_MAX,
     kernel_markers: Sequence[LogMarker] = (),
 ) -> tuple[Verdict, ...]:
-    """A verdict for every kind of gate of `gates`, in a fixed order; a run passes when every
+    """A verdict for every kind of gate of `GATES`, in its order; a run passes when every
     verdict `passed` (`n/a` for a gate the manifest does not enable). The optional kinds
-    (`metrics_info`, `fresh_start_throughput`, kernel markers) give a verdict for each one
-    declared and none otherwise. `kernel_markers` are the
-    runtime markers of the manifest's kernel sets (`builder.native.kernels.runtime_markers`), judged
-    as log markers and named `kernel_marker:<name>`."""
-    return (
-        *_teacher_gates(gates, evidence),
-        _cached_tokens_gate(gates, evidence),
-        _prefix_cache_gate(gates, evidence),
-        *_metrics_info_gates(gates, evidence),
-        *_log_gates(gates, evidence.server_log, kernel_markers),
-        _spec_decode_gate(gates, evidence, survival_ratio_max),
-        _throughput_gate(gates, evidence),
-        *_fresh_start_gates(gates, evidence),
-        *_fresh_start_throughput_gates(gates, evidence),
-        *_latency_gates(gates, evidence),
+    (`metrics_info`, `fresh_start_throughput`, kernel markers, stall, latency) give a verdict
+    for each one declared and none otherwise. `kernel_markers` are the runtime markers of the
+    manifest's kernel sets (`builder.native.kernels.runtime_markers`), judged as log markers
+    and named `kernel_marker:<name>`."""
+    judging = Judging(survival_ratio_max, tuple(kernel_markers))
+    return tuple(
+        verdict
+        for kind in GATES
+        if kind.judge is not None
+        for verdict in kind.judge(gates, evidence, judging)
     )
 
 
-def _latency_gates(gates: Gates, evidence: RunEvidence) -> list[Verdict]:
-    """The stall and latency gates, where declared, over every start's rows."""
-    starts = _starts(evidence)
-    verdicts: list[Verdict] = []
-    if gates.stall is not None:
-        verdicts.append(
-            stall(gates.stall, starts) if starts else _missing("stall", "oracle rows of start 1")
-        )
-    if gates.latency is not None:
-        verdicts.append(
-            latency_bounds(gates.latency, starts)
-            if starts
-            else _missing("latency", "oracle rows of start 1")
-        )
-    return verdicts
+def plan(gates: Gates) -> gatetext.Plan:
+    """Each gate a run of `gates` will judge, named as its verdict will be, with what it checks."""
+    return [line for kind in GATES for line in kind.plan(gates)]
 
 
-# What a run without a teacher owes none: it captures the teacher.
 TEACHER_GATES: Final = frozenset({"exact_token_ids", "text_sha256", "throughput"})
 LIVE_AUDIT_GATE: Final = "live_audit"
 
@@ -909,7 +990,7 @@ ACCESS_LINE: Final = re.compile(
 """An access-log line (uvicorn's, as vLLM's API server logs every request it answered unless
 its argv turns that off): `127.0.0.1:48008 - "POST /v1/chat/completions HTTP/1.1" 200 OK`."""
 SUITE_ENDPOINTS: Final = ("/v1/chat/completions", "/v1/completions")
-"""Where a suite's requests are posted (`builder.manifest.ENDPOINTS`)."""
+"""Where a suite's requests are posted (`builder.documents.manifest.ENDPOINTS`)."""
 
 
 @dataclass(frozen=True)

@@ -4,7 +4,7 @@ This module owns the file layout of a record such as `records/laguna-102tps/` an
 each file: `evidence/record-run/bench.json` (one row per prompt), the teacher files
 `teacher-token-oracle-v1.json` and `teacher-text-sha256-v1.json`, the metrics read before and
 after the suite, `server.log`, `cleanup-status.txt` and the idle snapshots of `idle-interval/`.
-The gates then judge these models exactly as they judge a live run (`launch.evidence`).
+The gates then judge these models exactly as they judge a live run (`builder.documents.evidence`).
 
 Loading is strict: a file that cannot be read, is not UTF-8, is not the JSON it should be, or
 lacks a key the models need raises `BadInput` naming the file and the key. Keys the models do not
@@ -20,6 +20,13 @@ from typing import Annotated, Final, TypeVar
 
 from pydantic import BaseModel, ConfigDict, StringConstraints, ValidationError
 
+from repro_serving.builder.documents.evidence import (
+    MetricsDelta,
+    OracleRow,
+    RunEvidence,
+    Teacher,
+    TeacherRow,
+)
 from repro_serving.builder.errors import BadInput
 from repro_serving.builder.readers import (
     EVIDENCE_LIMIT,
@@ -28,7 +35,6 @@ from repro_serving.builder.readers import (
     parse_json,
     read_bytes,
 )
-from repro_serving.launch.evidence import MetricsDelta, OracleRow, RunEvidence, Teacher, TeacherRow
 from repro_serving.launch.metrics import delta
 
 RUN_DIR: Final = Path("evidence") / "record-run"

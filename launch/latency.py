@@ -25,7 +25,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Final
 
-from repro_serving.launch.evidence import OracleRow
+from repro_serving.builder.documents.evidence import OracleRow
 
 PERCENTILES: Final = (50, 90, 99)
 

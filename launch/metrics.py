@@ -27,8 +27,8 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Final
 
+from repro_serving.builder.documents.evidence import MetricsDelta
 from repro_serving.builder.errors import BadInput, ReproError
-from repro_serving.launch.evidence import MetricsDelta
 
 LabelSet = frozenset[tuple[str, str]]
 Samples = Mapping[str, Mapping[LabelSet, float]]

@@ -1,6 +1,6 @@
 """The oracle client: the suite, asked once, in order, cold, of a running server.
 
-This module owns how a suite becomes `OracleRow`s (DESIGN.md, "Oracle and gates"): each prompt
+This module owns how a suite becomes `OracleRow`s: each prompt
 is one streamed request (chat or completion API, the suite's max_tokens, seed and temperature,
 the manifest's chat template kwargs) with `"return_token_ids": true` and
 `"stream_options": {"include_usage": true}`; the token ids, the text, the usage (prompt tokens,
@@ -33,9 +33,9 @@ from typing import Any, Final
 import httpx
 from pydantic import JsonValue
 
+from repro_serving.builder.documents.evidence import OracleRow
+from repro_serving.builder.documents.manifest import ENDPOINTS, Prompt, Suite
 from repro_serving.builder.errors import NotObservable
-from repro_serving.builder.manifest import ENDPOINTS, Prompt, Suite
-from repro_serving.launch.evidence import OracleRow
 from repro_serving.launch.timedpost import BodyPiece, PostFailed, TimedPost
 
 METRICS_PATH: Final = "/metrics"

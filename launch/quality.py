@@ -15,7 +15,8 @@ from collections import Counter
 from collections.abc import Sequence
 from typing import Final
 
-from repro_serving.builder.manifest import (
+from repro_serving.builder.documents.evidence import OracleRow, Verdict, VerdictStatus
+from repro_serving.builder.documents.manifest import (
     CodeBlockCheck,
     JsonCheck,
     LongContextCheck,
@@ -23,7 +24,6 @@ from repro_serving.builder.manifest import (
     RepetitionCheck,
     ToolCallCheck,
 )
-from repro_serving.launch.evidence import OracleRow, Verdict, VerdictStatus
 
 _JSON_FENCE: Final = re.compile(r"^```json[ \t]*\r?\n(?P<body>.*?)(?:\r?\n```[ \t]*)?$", re.DOTALL)
 _WORD: Final = re.compile(r"\S+")

@@ -20,9 +20,9 @@ from pathlib import Path
 
 import psutil
 
+from repro_serving.builder.documents.rundir import atomic_write, json_bytes
 from repro_serving.builder.errors import NotObservable, ReproError
 from repro_serving.builder.readers import REGISTRY_ENTRY_LIMIT, read_json
-from repro_serving.launch.rundir import atomic_write, json_bytes
 
 
 class StaleServer(NotObservable):

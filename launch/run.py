@@ -12,7 +12,7 @@ This module owns the order of a run, the same for teacher capture and for replay
 6. steps 1-5 again for each further fresh start the manifest asks for;
 7. the gates (`launch.gates`) over the evidence, against a teacher when one is given.
 
-Every piece of evidence is written as soon as it exists (`launch.rundir`), so a run cut
+Every piece of evidence is written as soon as it exists (`builder.documents.rundir`), so a run cut
 short keeps what it saw. SIGINT and SIGTERM during a run tear the server down, mark the run
 `interrupted`, and are raised again as `Interrupted` (a KeyboardInterrupt). A server that dies
 or stops answering gives a failed run with the error recorded, never a retry.
@@ -32,20 +32,7 @@ from pathlib import Path
 from types import FrameType
 from typing import Any, Final, cast
 
-from repro_serving.builder.errors import BadInput, ExitCode, ReproError
-from repro_serving.builder.manifest import Manifest, Suite, expand
-from repro_serving.builder.native.audit import AuditReport
-from repro_serving.builder.native.auditreport import report_document
-from repro_serving.builder.native.dispatch import HostCapabilities
-from repro_serving.builder.native.kernels import KERNELS_DIR, KernelSet, runtime_markers
-from repro_serving.builder.native.policy import judge_tree, observe_tree, policy_from_manifest
-from repro_serving.builder.native.processes import HashMemo
-from repro_serving.builder.observe.host import observe_host
-from repro_serving.builder.observe.python import path_values
-from repro_serving.launch import cluster as nodes
-from repro_serving.launch import gates, metrics, oracle, quality, registry
-from repro_serving.launch import server as lifecycle
-from repro_serving.launch.evidence import (
+from repro_serving.builder.documents.evidence import (
     MetricsDelta,
     OracleRow,
     RunDocument,
@@ -57,8 +44,9 @@ from repro_serving.launch.evidence import (
     Verdict,
     VerdictStatus,
 )
-from repro_serving.launch.nodes import NodesDocument, node_name
-from repro_serving.launch.rundir import (
+from repro_serving.builder.documents.manifest import Manifest, Suite, expand
+from repro_serving.builder.documents.nodes import NodesDocument, node_name
+from repro_serving.builder.documents.rundir import (
     AUDIT_DIR,
     DRIFTS_FILE,
     LOG_FILE,
@@ -75,7 +63,19 @@ from repro_serving.launch.rundir import (
     RunStatus,
     rank_dir,
 )
-from repro_serving.launch.spec import server_spec
+from repro_serving.builder.errors import BadInput, ExitCode, ReproError
+from repro_serving.builder.native.audit import AuditReport
+from repro_serving.builder.native.auditreport import report_document
+from repro_serving.builder.native.dispatch import HostCapabilities
+from repro_serving.builder.native.kernels import KERNELS_DIR, KernelSet, runtime_markers
+from repro_serving.builder.native.policy import judge_tree, observe_tree, policy_from_manifest
+from repro_serving.builder.native.processes import HashMemo
+from repro_serving.builder.observe.host import observe_host
+from repro_serving.builder.placeholders import path_values
+from repro_serving.launch import cluster as nodes
+from repro_serving.launch import gates, metrics, oracle, quality, registry
+from repro_serving.launch import server as lifecycle
+from repro_serving.launch.spec import ServerSpec, server_spec
 from repro_serving.launch.throughput import RowRate, UnmeasurableRow, measure, row_rate
 
 """Gates that compare a run with a teacher; without one the run captures the teacher."""
@@ -367,7 +367,7 @@ def _one_start(run: _Run, record: StartRecord) -> None:
         notify(Event("torn-down", number, "torn down: no process left, port free", pid=server.pid))
 
 
-def _preflight(plan: RunPlan, spec: lifecycle.ServerSpec) -> None:
+def _preflight(plan: RunPlan, spec: ServerSpec) -> None:
     refuse_forbidden_environment(plan.manifest, spec.env, f"the environment of {spec.argv[0]}")
     registry.refuse_stale(plan.registry)
     lifecycle.refuse_port_in_use(spec.host, spec.port)
@@ -492,7 +492,7 @@ def _start_ranks(
     run: _Run,
     record: StartRecord,
     cluster: nodes.Cluster,
-    specs: Mapping[int, lifecycle.ServerSpec],
+    specs: Mapping[int, ServerSpec],
     started: list[int],
 ) -> None:
     """Preflight, then every rank spawned on its node, the highest first (rank 0 waits for the
@@ -810,7 +810,7 @@ def acceptance(delta: MetricsDelta) -> float | None:
 # --- small helpers -----------------------------------------------------------------------------
 
 
-def _run_document(plan: RunPlan, suite: Suite, spec: lifecycle.ServerSpec) -> dict[str, Any]:
+def _run_document(plan: RunPlan, suite: Suite, spec: ServerSpec) -> dict[str, Any]:
     document = RunDocument(
         manifest=plan.manifest.source,
         bundle=plan.manifest.bundle.name,

@@ -21,13 +21,14 @@ import signal
 import socket
 import subprocess
 import time
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 import psutil
 
 from repro_serving.builder.errors import NotObservable, ReproError
+from repro_serving.launch.spec import ServerSpec
 
 if TYPE_CHECKING:
     import httpx  # imported where a server is polled: `repro verify` only reads `ServerSpec`
@@ -45,29 +46,6 @@ class ServerDidNotStart(NotObservable):
 
 class TeardownIncomplete(ReproError):
     """A process of the tree outlived SIGKILL, or the port stayed bound after teardown."""
-
-
-@dataclasses.dataclass(frozen=True)
-class ServerSpec:
-    """Exactly what to start and how to judge it; `env` is the whole environment of the server."""
-
-    argv: tuple[str, ...]
-    env: Mapping[str, str]
-    port: int
-    log_path: Path
-    host: str = "127.0.0.1"
-    cwd: Path | None = None
-    readiness_path: str | None = "/v1/models"
-    """None: the process serves no HTTP (a headless rank): started is all it can be, and it
-    holds no port to check free before or after."""
-    ready_timeout_s: float = 180.0
-    poll_interval_s: float = 0.5
-    stop_timeout_s: float = 30.0
-    port_release_timeout_s: float = 10.0
-
-    @property
-    def base_url(self) -> str:
-        return f"http://{self.host}:{self.port}"
 
 
 @dataclasses.dataclass(frozen=True)

@@ -8,20 +8,41 @@ variables.
 
 from __future__ import annotations
 
+import dataclasses
 import tempfile
 from collections.abc import Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING, Final
+from typing import Final
 
-from repro_serving.builder.manifest import Manifest, expand
-from repro_serving.builder.observe.python import path_values
-from repro_serving.launch.rundir import LOG_FILE
-
-if TYPE_CHECKING:  # `repro verify` reads RUN_PRIVATE_ENV only: no process handling for it
-    from repro_serving.launch.server import ServerSpec
+from repro_serving.builder.documents.manifest import Manifest, expand
+from repro_serving.builder.documents.rundir import LOG_FILE
+from repro_serving.builder.placeholders import path_values
 
 RUN_PRIVATE_ENV: Final = frozenset({"PATH", "HOME", "TMPDIR"})
 """What a start's environment holds of its own beside the manifest's variables."""
+
+
+@dataclasses.dataclass(frozen=True)
+class ServerSpec:
+    """Exactly what to start and how to judge it; `env` is the whole environment of the server."""
+
+    argv: tuple[str, ...]
+    env: Mapping[str, str]
+    port: int
+    log_path: Path
+    host: str = "127.0.0.1"
+    cwd: Path | None = None
+    readiness_path: str | None = "/v1/models"
+    """None: the process serves no HTTP (a headless rank): started is all it can be, and it
+    holds no port to check free before or after."""
+    ready_timeout_s: float = 180.0
+    poll_interval_s: float = 0.5
+    stop_timeout_s: float = 30.0
+    port_release_timeout_s: float = 10.0
+
+    @property
+    def base_url(self) -> str:
+        return f"http://{self.host}:{self.port}"
 
 
 def server_spec(
@@ -54,8 +75,6 @@ def server_spec(
         "TMPDIR": str(tmp),
         **{name: expand(value, values) for name, value in manifest.node_env(rank, profile).items()},
     }
-    from repro_serving.launch.server import ServerSpec
-
     return ServerSpec(
         argv=tuple(expand(arg, values) for arg in manifest.node_argv(rank, profile)),
         env=env,

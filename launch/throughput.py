@@ -1,6 +1,6 @@
 """Decode throughput of a suite, measured from the streamed token arrival offsets.
 
-This module owns the one definition of a row's rate (DESIGN.md, "Oracle and gates"): over the
+This module owns the one definition of a row's rate: over the
 first N streamed tokens, starting at the first one (the end of TTFT), span = t[N-1] - t[0], and
 the conventional rate is (N-1)/span: N-1 intervals between N arrivals. The suite's rate is the
 median over rows. The historical convention N/span (a helper that divided N events by N-1
@@ -32,8 +32,8 @@ import statistics
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from repro_serving.builder.documents.evidence import OracleRow
 from repro_serving.builder.errors import ReproError
-from repro_serving.launch.evidence import OracleRow
 
 HISTORICAL_LABEL = "historical N/span (N events over N-1 intervals; recorded, never gated)"
 

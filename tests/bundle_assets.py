@@ -15,8 +15,8 @@ from pathlib import Path
 
 from repro_serving.builder import claims
 from repro_serving.builder.canonical import canonical_json
+from repro_serving.builder.documents.lock import Lock
 from repro_serving.builder.errors import ReproError
-from repro_serving.builder.lock import Lock
 from repro_serving.builder.sealing import bundle, statement
 from repro_serving.builder.sealing.keys import SigningKey, TrustedKeys
 from repro_serving.builder.sealing.seal import BundleContent, Handoff, Progress, SealedBundle, seal

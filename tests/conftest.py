@@ -15,9 +15,9 @@ from pathlib import Path
 import pytest
 
 from repro_serving.builder import tinymodel
-from repro_serving.builder.manifest import Manifest
+from repro_serving.builder.documents.manifest import Manifest
 from repro_serving.launch import server as lifecycle
-from repro_serving.launch.spec import server_spec
+from repro_serving.launch.spec import ServerSpec, server_spec
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 SERVE_VENV = REPO_ROOT / ".venv-serve"
@@ -37,10 +37,10 @@ class TinyServer:
     model_name: str
 
 
-TinyServerSpec = Callable[[Path, int, Path], lifecycle.ServerSpec]
+TinyServerSpec = Callable[[Path, int, Path], ServerSpec]
 
 
-def tiny_server_spec(model_dir: Path, port: int, workdir: Path) -> lifecycle.ServerSpec:
+def tiny_server_spec(model_dir: Path, port: int, workdir: Path) -> ServerSpec:
     """The embedded default's candidate start, exactly as `manifests/tiny-cpu.toml` declares it,
     on another model directory, port and run directory."""
     return server_spec(

@@ -75,10 +75,79 @@ def test_no_module_imports_from_a_layer_above_its_own() -> None:
     assert upward == []
 
 
-def test_the_verifier_never_imports_the_builder() -> None:
+# What `repro verify` must never run, even indirectly: an observer of this host or of a serving
+# stack, a module that starts or stops processes or talks to a server, a sealer or a writer of
+# bundles, the flows that do any of these.
+PRODUCERS = (
+    "builder.observe",
+    "builder.observations",
+    "builder.hostcheck",
+    "builder.build",
+    "builder.replay",
+    "builder.restore",
+    "builder.sealing.seal",
+    "builder.sealing.atomic",
+    "builder.sealing.archive",
+    "builder.native.processes",
+    "builder.native.loaderhost",
+    "builder.native.policy",
+    "launch.server",
+    "launch.run",
+    "launch.cluster",
+    "launch.oracle",
+    "launch.timedpost",
+)
+# What starts a process or opens a connection, named by the standard library or a dependency.
+PROCESS_MODULES = ("subprocess", "multiprocessing", "socket", "httpx", "h11", "psutil", "ray")
+
+
+def closure(start: str) -> dict[str, str]:
+    """Every module of builder/ and launch/ that importing `start` can import, at any depth of a
+    function, each with the module that first imports it."""
     known = modules()
-    assert "builder.build" not in imports(known["builder.verify"], "builder.verify")
-    assert not any(
-        i.startswith("builder.sealing.seal")
-        for i in imports(known["builder.verify"], "builder.verify")
-    )
+    reached, todo = {start: ""}, [start]
+    while todo:
+        module = todo.pop()
+        for imported in imports(known[module], module):
+            target = imported if imported in known else imported.rsplit(".", 1)[0]
+            if target in known and target not in reached:
+                reached[target] = module
+                todo.append(target)
+    return reached
+
+
+def external_imports(path: Path) -> set[str]:
+    names = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            names.update(alias.name.split(".")[0] for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            names.add(node.module.split(".")[0])
+    return names
+
+
+def test_the_verifier_reaches_no_producer() -> None:
+    """`builder.verify` reads sealed files and recomputes: nothing it imports, however deep,
+    observes a host, starts a process or seals (`hostcheck.verify_here` adds `--host`)."""
+    reached = closure("builder.verify")
+    found = [
+        f"{module} (imported by {by})"
+        for module, by in sorted(reached.items())
+        if any(module == p or module.startswith(p + ".") for p in PRODUCERS)
+    ]
+    assert found == []
+    known = modules()
+    starting = [
+        f"{module} imports {name}"
+        for module in sorted(reached)
+        for name in sorted(external_imports(known[module]) & set(PROCESS_MODULES))
+    ]
+    assert starting == []
+
+
+def test_the_closure_follows_imports_inside_functions() -> None:
+    """The closure is no weaker than a run: a producer imported only inside a function of a
+    module verify reaches is found."""
+    reached = closure("builder.hostcheck")
+    assert reached["builder.observe.host"]
+    assert "builder.verify" in reached

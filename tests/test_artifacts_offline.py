@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
+from repro_serving.builder.documents.python import Distribution
 from repro_serving.builder.observe import artifacts
-from repro_serving.builder.observe.python import Distribution
 
 
 def test_each_distribution_is_asked_alone_at_once_and_answered_by_its_own_download(

@@ -44,8 +44,8 @@ from securesystemslib.signer import CryptoSigner, SSlibKey  # type: ignore[attr-
 
 import repro_serving
 from repro_serving.builder.build import build
+from repro_serving.builder.documents.lock import Lock
 from repro_serving.builder.drift import DriftKind
-from repro_serving.builder.lock import Lock
 from repro_serving.builder.sealing import bundle, dsse
 from repro_serving.builder.sealing.bundle import ENVELOPE, STATEMENT, TEST_RESULT_ENVELOPE
 from repro_serving.builder.sealing.integrity import verify_bundle
@@ -63,7 +63,7 @@ from repro_serving.builder.sealing.statement import (
     resolved_dependencies,
 )
 from repro_serving.builder.verify import (
-    OpenedBundle,
+    JudgedBundle,
     VerifyReport,
     gate_outcome,
     recompute_verdicts,
@@ -97,7 +97,7 @@ def tiny_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
     shutil.copytree(TINY, staging, ignore=shutil.ignore_patterns(*HANDOFF, *bundle.SEAL_FILES))
     lock = Lock.model_validate_json((staging / bundle.LOCK).read_bytes())
     (staging / bundle.LOCK).write_bytes(lock.to_bytes())
-    verdicts = recompute_verdicts(OpenedBundle.read(staging))
+    verdicts = recompute_verdicts(JudgedBundle.read(staging))
 
     def files(directory: str) -> dict[str, Path]:
         root = staging / directory

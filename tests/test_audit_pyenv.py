@@ -30,7 +30,7 @@ from schemas import assert_valid
 
 from repro_serving.builder.cli import main
 from repro_serving.builder.native.policy import default_roots
-from repro_serving.builder.native.processes import ProcessSnapshot, TreeSnapshot, snapshot_tree
+from repro_serving.builder.native.processes import snapshot_tree
 from repro_serving.builder.native.pyenv import (
     Environment,
     HostFiles,
@@ -44,6 +44,7 @@ from repro_serving.builder.native.pyenv import (
     site_packages,
     tree_environments,
 )
+from repro_serving.builder.native.snapshot import ProcessSnapshot, TreeSnapshot
 from repro_serving.launch import server as lifecycle
 
 ROLES = ["api_server", "engine_core", "resource_tracker", "worker"]

@@ -23,8 +23,9 @@ from conftest import REPO_ROOT, SERVE_VENV, TINY_MANIFEST
 
 from repro_serving.builder import tinymodel
 from repro_serving.builder.build import BuildRefused, BuildResult, build
+from repro_serving.builder.documents.manifest import Manifest
 from repro_serving.builder.drift import DriftKind
-from repro_serving.builder.manifest import Manifest
+from repro_serving.builder.hostcheck import verify_here
 from repro_serving.builder.replay import launch
 from repro_serving.builder.sealing import bundle
 from repro_serving.builder.sealing.keys import SigningKey, TrustedKeys
@@ -70,7 +71,7 @@ def edit_json(path: Path, change: Callable[[object], object]) -> None:
 
 
 def test_the_built_bundle_verifies_offline_and_against_this_host(bundle_path: Path) -> None:
-    report = verify(bundle_path, TRUSTED, host=True)
+    report = verify_here(bundle_path, TRUSTED)
     assert failed_claims(report) == [] and report.findings == ()
     claims = {check.claim: check for check in report.checks}
     assert claims["oracle.rows (token ids, text sha256)"].value == "5/5 rows recomputed equal"
@@ -356,7 +357,7 @@ def test_a_package_version_changed_in_the_lock_is_refused_offline_and_on_the_hos
         lock["python"]["packages"]["torch"] = "2.12.0+cpu"
         (root / bundle.LOCK).write_text(json.dumps(lock))
 
-    report = verify(reseal(bundle_path, tmp_path, other_torch), TRUSTED, host=True)
+    report = verify_here(reseal(bundle_path, tmp_path, other_torch), TRUSTED)
     assert failed_claims(report) == ["python.packages"]
     drifts = [(d.kind, d.subject, d.expected, d.observed) for d in report.findings]
     assert drifts == [(DriftKind.CLAIM, "package torch", "2.12.0+cpu", "2.13.0+cpu")]
@@ -375,7 +376,7 @@ def anchored_copy(tmp_path: Path) -> Iterator[Path]:
 
 
 def test_the_same_bytes_under_another_root_verify(bundle_path: Path, anchored_copy: Path) -> None:
-    report = verify(bundle_path, TRUSTED, host=True, anchor=anchored_copy)
+    report = verify_here(bundle_path, TRUSTED, anchor=anchored_copy)
     assert report.ok, [d.subject for d in report.findings]
 
 
@@ -386,7 +387,7 @@ def test_a_model_file_swapped_for_another_of_the_same_size_is_refused(
     data = bytearray(weights.read_bytes())
     data[-1] ^= 0xFF
     weights.write_bytes(bytes(data))
-    report = verify(bundle_path, TRUSTED, host=True, anchor=anchored_copy)
+    report = verify_here(bundle_path, TRUSTED, anchor=anchored_copy)
     (drift,) = report.findings
     assert (drift.kind, drift.subject) == (DriftKind.MODEL_FILE, "{model.target}/model.safetensors")
     pinned = Manifest.from_path(TINY_MANIFEST).models[0].files["model.safetensors"]
@@ -401,7 +402,7 @@ def test_an_installed_file_of_a_package_modified_is_refused(bundle_path: Path) -
     original = installed.read_bytes()
     try:
         installed.write_bytes(original + b"# changed\n")
-        report = verify(bundle_path, TRUSTED, host=True)
+        report = verify_here(bundle_path, TRUSTED)
     finally:
         installed.write_bytes(original)
     (drift,) = report.findings
@@ -419,7 +420,7 @@ def test_a_library_earlier_on_ld_library_path_shadowing_a_locked_one_is_refused(
     shadow_dir.mkdir()
     try:
         shutil.copyfile("/lib/x86_64-linux-gnu/libnuma.so.1", shadow_dir / "libnuma.so.1")
-        report = verify(bundle_path, TRUSTED, host=True)
+        report = verify_here(bundle_path, TRUSTED)
     finally:
         shutil.rmtree(shadow_dir)
     # Only the Worker maps vllm/_C with that search path; the API server has none, and

@@ -37,6 +37,7 @@ from repro_serving.builder.build import BuildRefused, staged_readme
 from repro_serving.builder.cli import main
 from repro_serving.builder.drift import DriftKind
 from repro_serving.builder.handoff.readme import CHECK_HEADING
+from repro_serving.builder.hostcheck import verify_here
 from repro_serving.builder.sealing import bundle
 from repro_serving.builder.sealing.keys import SigningKey, TrustedKeys, write_key_pair
 from repro_serving.builder.verify import verify
@@ -609,7 +610,7 @@ def test_a_copy_of_tiny_cpu_launches_itself_with_the_distributions_python_alone(
         "interpreter"
     ]
     assert release != sealed_release, "the machine's interpreter is another release"
-    here = verify(COMMITTED / TINY, TRUSTED, host=True, anchor=REPO_ROOT / "manifests")
+    here = verify_here(COMMITTED / TINY, TRUSTED, anchor=REPO_ROOT / "manifests")
     other_dispatch = bool(here.stopped)
     machine = Machine.make(tmp_path, DEBIAN_PYTHON)
     copy = handed_over(TINY, tmp_path)

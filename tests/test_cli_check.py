@@ -19,7 +19,7 @@ from schemas import assert_valid
 
 from repro_serving.builder import tinymodel
 from repro_serving.builder.cli import main
-from repro_serving.builder.manifest import schema_document, shipped_schema
+from repro_serving.builder.documents.manifest import schema_document, shipped_schema
 
 ASSETS = Path(__file__).parent / "manifests"
 TINY_CPU = Path(__file__).parent.parent / "manifests" / "tiny-cpu.toml"
@@ -43,7 +43,7 @@ def test_check_prints_the_plan_of_every_section(monkeypatch: pytest.MonkeyPatch)
         "LD_PRELOAD LD_AUDIT PYTHONPATH",
         "'{model.target}'",
         "--no-enable-prefix-caching",
-        "log_marker graph-captured",
+        "log_marker:graph-captured",
         "tiny-chat-v1",
     ):
         assert needle in out
@@ -65,10 +65,10 @@ def test_check_json_is_the_versioned_plan() -> None:
         "text_sha256",
         "cached_tokens_zero",
         "prefix_cache_hit_delta_zero",
-        "log_marker graph-captured",
-        "log_marker draft-projections",
-        "forbidden_log_pattern",
-        "forbidden_log_pattern",
+        "log_marker:graph-captured",
+        "log_marker:draft-projections",
+        "forbidden_log_patterns",
+        "forbidden_log_patterns",
         "spec_decode",
         "throughput",
         "fresh_starts",

@@ -27,19 +27,20 @@ from raycluster import ADDRESSES, LocalCluster, two_nodes
 
 from repro_serving.builder import hostcheck, replay
 from repro_serving.builder.canonical import canonical_json
+from repro_serving.builder.documents.bundle import OpenedBundle
+from repro_serving.builder.documents.evidence import Teacher
+from repro_serving.builder.documents.manifest import InvalidDocument, Manifest
+from repro_serving.builder.documents.rundir import NODES_FILE, read_rows
 from repro_serving.builder.drift import DriftKind
-from repro_serving.builder.manifest import InvalidDocument, Manifest
 from repro_serving.builder.native.dispatch import HostCapabilities
 from repro_serving.builder.native.policy import policy_from_manifest
 from repro_serving.builder.observe.host import observe_host
 from repro_serving.builder.replay import PreflightRefused, launch
 from repro_serving.builder.sealing.keys import SigningKey, TrustedKeys
-from repro_serving.builder.verify import OpenedBundle, verify
+from repro_serving.builder.verify import verify
 from repro_serving.launch import cluster as nodes
-from repro_serving.launch.evidence import Teacher
 from repro_serving.launch.run import Event, RunPlan, run_profile
-from repro_serving.launch.rundir import NODES_FILE, read_rows
-from repro_serving.launch.server import ServerSpec
+from repro_serving.launch.spec import ServerSpec
 
 BUNDLE = REPO_ROOT / "repro" / "tiny-cpu-2node"
 MANIFEST = REPO_ROOT / "manifests" / "tiny-cpu-2node.toml"

@@ -20,13 +20,14 @@ from schemas import assert_valid
 
 from repro_serving.builder import hostcheck
 from repro_serving.builder.cli import main
+from repro_serving.builder.documents.bundle import OpenedBundle
 from repro_serving.builder.drift import DriftKind
-from repro_serving.builder.hostcheck import dispatch_drifts
+from repro_serving.builder.hostcheck import dispatch_drifts, verify_here
 from repro_serving.builder.native.dispatch import HostCapabilities
 from repro_serving.builder.observe.host import observe_host
 from repro_serving.builder.replay import PreflightRefused, launch
 from repro_serving.builder.sealing.keys import SigningKey, TrustedKeys
-from repro_serving.builder.verify import OpenedBundle, verify
+from repro_serving.builder.verify import verify
 
 pytestmark = pytest.mark.server
 
@@ -97,7 +98,7 @@ def test_restore_finds_everything_the_bundle_pins_in_place(
 
 
 def test_the_committed_bundle_holds_here_or_is_refused_before_anything_starts() -> None:
-    report = verify(BUNDLE, TRUSTED, host=True, anchor=ANCHOR)
+    report = verify_here(BUNDLE, TRUSTED, anchor=ANCHOR)
     if same_dispatch_here():
         assert report.findings == (), [(d.kind, d.subject, d.observed) for d in report.findings]
         assert report.ok
@@ -147,7 +148,7 @@ def test_on_every_other_kind_of_host_verify_and_launch_refuse_before_anything_st
     for kind in others:
         flags = tuple(sorted(KINDS[kind][0].cpu_flags))
         monkeypatch.setattr(hostcheck, "observe_host", lambda f=flags: replace(here, cpu_flags=f))
-        report = verify(BUNDLE, TRUSTED, host=True, anchor=ANCHOR)
+        report = verify_here(BUNDLE, TRUSTED, anchor=ANCHOR)
         assert not report.ok and report.observations is None, kind
         vllm = next(d for d in report.findings if d.subject == "vllm._C")
         assert vllm.observed.startswith(f"{KINDS[kind][1]} (arch=x86_64, "), kind

@@ -19,9 +19,9 @@ from typing import Any
 
 import pytest
 
-from repro_serving.builder.native.auditreport import AuditDocument
+from repro_serving.builder.documents.audit import AuditDocument
+from repro_serving.builder.documents.observations import ObservationsDocument
 from repro_serving.builder.native.sealedaudit import _requester_drifts
-from repro_serving.builder.observations import ObservationsDocument
 
 RUN = Path(__file__).resolve().parent / "evidence" / "cuda-h100-teacher"
 LOCK = Path(__file__).resolve().parents[1] / "bench" / "gpu" / "wheels.lock"

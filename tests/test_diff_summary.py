@@ -14,7 +14,7 @@ from conftest import REPO_ROOT
 
 from repro_serving.builder.build import build
 from repro_serving.builder.cli import main
-from repro_serving.builder.lock import Lock
+from repro_serving.builder.documents.lock import Lock
 from repro_serving.builder.report import headline
 from repro_serving.builder.report.differences import (
     ABSENT,

@@ -1,6 +1,6 @@
 """Dispatch truth: every branch of every rule, predicted from faked host facts.
 
-The rules are the repository's own (`builder/kernels/cpu.toml`); the facts are those of the
+The rules are the repository's own (`kernels/cpu.toml`); the facts are those of the
 three kinds of x86-64 host these machines come as (AVX2 only, AVX-512 without BF16, AVX-512 with
 BF16), an Arm host, and the launch environment's override. Nothing here depends on the CPU it
 runs on. A real process maps a real variant file, so the live audit is judged on real mappings

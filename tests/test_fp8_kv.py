@@ -18,8 +18,14 @@ from pathlib import Path
 
 import pytest
 
-from repro_serving.builder.errors import BadInput
-from repro_serving.builder.manifest import (
+from repro_serving.builder.documents.evidence import (
+    OracleRow,
+    RunEvidence,
+    Teacher,
+    TeacherRow,
+    Verdict,
+)
+from repro_serving.builder.documents.manifest import (
     Gates,
     InvalidDocument,
     Manifest,
@@ -27,8 +33,8 @@ from repro_serving.builder.manifest import (
     Suite,
     ToolCallCheck,
 )
+from repro_serving.builder.errors import BadInput
 from repro_serving.launch import gates as gate_functions
-from repro_serving.launch.evidence import OracleRow, RunEvidence, Teacher, TeacherRow, Verdict
 from repro_serving.launch.gates import judge
 from repro_serving.launch.historical import RUN_DIR, Record, load_record
 from repro_serving.launch.quality import assess, quality_check

@@ -38,7 +38,7 @@ change that leaves every changed file equal once parsed as JSON or TOML (whitesp
 counted in the closing warning. The other sealed files (the sealed-but-unchecked evidence of
 `UNCHECKED`) are mutated in the mixed test, where re-sealed they may exit 0: each such pass is
 listed, with its first example, in a warning when the module ends, and so is every `internal
-error` (exit 3 from the CLI's last guard: a bug, though no traceback).
+error` (exit 4 from the CLI's last guard: a bug, though no traceback).
 
 Hypothesis runs derandomized, without an example database, so CI sees the same cases each time.
 The workspace is on /dev/shm when there is one: sealing fsyncs every file.
@@ -77,8 +77,8 @@ from schemas import assert_valid
 
 from repro_serving.builder.canonical import canonical_json
 from repro_serving.builder.cli import main
+from repro_serving.builder.documents.lock import Lock
 from repro_serving.builder.errors import ReproError
-from repro_serving.builder.lock import Lock
 from repro_serving.builder.readers import EVIDENCE_LIMIT, read_bytes
 from repro_serving.builder.sealing import dsse
 from repro_serving.builder.sealing.bundle import (
@@ -289,7 +289,7 @@ def _warn_summary() -> None:
             f"  {b} {f} [{kind}]: {example}" for (b, f, kind), example in TALLY.verified.items()
         ]
     if TALLY.internal:
-        lines.append("internal errors (exit 3 from the last guard):")
+        lines.append("internal errors (exit 4 from the last guard):")
         lines += [f"  {found}  <- {case}" for found, case in TALLY.internal.items()]
     warnings.warn("\n".join(lines), UserWarning, stacklevel=1)
 
@@ -299,7 +299,7 @@ def _warn_summary() -> None:
 
 class VerifyHang(BaseException):
     """Raised by SIGALRM: a BaseException, so the CLI's last guard (`except Exception`) cannot
-    turn a hang into exit 3."""
+    turn a hang into exit 4."""
 
 
 @contextlib.contextmanager
@@ -999,7 +999,7 @@ def _check_as_is(data: st.DataObject, workspace: Workspace, bundle: Path, test: 
     if outcome.code == 0 and relative == ENVELOPE and same_signed_envelope(workspace, bundle):
         TALLY.equivalent[f"{name} {relative}"] += 1
         return
-    assert outcome.code in (1, 2, 3), f"exit {outcome.code} for {name} as is: {what}"
+    assert outcome.code in (1, 2, 3, 4), f"exit {outcome.code} for {name} as is: {what}"
     if outcome.code == 1:
         assert outcome.document.get("claims") == [], "a claim was checked: integrity held"
         assert outcome.document.get("drifts"), "exit 1 without a drift"
@@ -1033,7 +1033,7 @@ def test_a_resealed_change_to_a_claim_bearing_file_is_refused(
         if outcome.code == 0 and same_once_parsed(workspace, name, changed, sealed.path):
             TALLY.equivalent[f"{name} {relative}"] += 1
             return
-        assert outcome.code in (1, 2, 3), (
+        assert outcome.code in (1, 2, 3, 4), (
             f"exit {outcome.code}: a re-sealed change to claim-bearing {relative} of {name} "
             f"verifies: {what}"
         )
@@ -1118,4 +1118,4 @@ def _check_resealed(data: st.DataObject, workspace: Workspace, staging: Path, te
             variant = "with its record checksum" if consistent else kind
             TALLY.verified.setdefault((name, relative or "(extra)", variant), what[:300])
     else:
-        assert outcome.code in (1, 2, 3)
+        assert outcome.code in (1, 2, 3, 4)

@@ -12,9 +12,7 @@ from typing import TypeVar
 
 import pytest
 
-from repro_serving.builder.manifest import Gates, LogMarker, SpecDecodeGate, ThroughputGate
-from repro_serving.launch import gates
-from repro_serving.launch.evidence import (
+from repro_serving.builder.documents.evidence import (
     MetricsDelta,
     OracleRow,
     RunEvidence,
@@ -22,6 +20,17 @@ from repro_serving.launch.evidence import (
     TeacherRow,
     VerdictStatus,
 )
+from repro_serving.builder.documents.manifest import (
+    FreshStartThroughputGate,
+    Gates,
+    LatencyGate,
+    LogMarker,
+    MetricsInfoGate,
+    SpecDecodeGate,
+    StallGate,
+    ThroughputGate,
+)
+from repro_serving.launch import gates
 from repro_serving.launch.historical import RUN_DIR, Record, load_record
 from repro_serving.launch.metrics import delta
 
@@ -847,3 +856,50 @@ def test_a_fourteenth_laguna_request_and_a_500_fail_the_server_log_gate(record: 
         log = record.server_log.replace(last, f'{last}\n{extra}HTTP/1.1" {status}', 1)
         verdict = gates.server_log_verdict(1, log.encode(), None, answered=13)
         assert verdict.summary.startswith(summary), verdict.summary
+
+
+# --- the one table of gates --------------------------------------------------------------------
+
+
+EVERY_GATE = GATES.model_copy(
+    update={
+        "fresh_starts": 3,
+        "metrics_info": (MetricsInfoGate(family="vllm:cache_config_info", labels={"a": "b"}),),
+        "fresh_start_throughput": FreshStartThroughputGate(relative_tolerance=0.2),
+        "stall": StallGate(),
+        "latency": LatencyGate(itl_p99_max_ms=500.0),
+    }
+)
+
+
+def test_check_names_every_gate_a_run_judges_as_its_verdict_names_it() -> None:
+    """`repro check`'s plan comes from the same table as the verdicts: one entry a gate, so a
+    declared gate can be neither missing from the plan nor named otherwise there."""
+    judged = [v.gate for v in gates.judge(EVERY_GATE, RunEvidence())]
+    planned = [name for name, _checks in gates.plan(EVERY_GATE)]
+    assert sorted(set(judged)) == sorted(set(planned))
+    # 4 on by default, 1 info gauge, 3 log markers, 1 set of patterns, 6 gates declared once
+    assert len(set(judged)) == 15
+
+
+def test_every_verdict_has_its_kind_and_every_kind_describes_itself() -> None:
+    verdicts = gates.judge(EVERY_GATE, RunEvidence(), kernel_markers=(CAPTURED,))
+    assert [v.gate for v in verdicts if gates.kind_of(v.gate) is None] == []
+    assert f"kernel_marker:{CAPTURED.name}" in {v.gate for v in verdicts}
+    assert len(gates.KINDS) == len(gates.GATES)
+    judged_kinds = [kind.name for kind in gates.GATES if kind.judge is not None]
+    order = [gates.kind_of(v.gate) for v in verdicts]
+    # the verdicts follow the table's order
+    positions = [judged_kinds.index(kind.name) for kind in order if kind is not None]
+    assert positions == sorted(positions)
+
+
+def test_a_gate_left_out_of_the_table_is_neither_judged_nor_planned(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The table is the one place: without its entry a gate vanishes from both at once, never
+    from one alone."""
+    kept = tuple(kind for kind in gates.GATES if kind.name != "stall")
+    monkeypatch.setattr(gates, "GATES", kept)
+    assert "stall" not in {v.gate for v in gates.judge(EVERY_GATE, RunEvidence())}
+    assert "stall" not in {name for name, _ in gates.plan(EVERY_GATE)}

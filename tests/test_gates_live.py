@@ -12,9 +12,9 @@ import json
 import pytest
 from conftest import TinyServer
 
-from repro_serving.builder.manifest import Suite
+from repro_serving.builder.documents.evidence import VerdictStatus
+from repro_serving.builder.documents.manifest import Suite
 from repro_serving.launch import gates, metrics
-from repro_serving.launch.evidence import VerdictStatus
 from repro_serving.launch.oracle import OracleRequest, answer_prompt, client_for, read_metrics
 
 pytestmark = pytest.mark.server

@@ -9,16 +9,9 @@ import pytest
 from schemas import assert_valid
 
 from repro_serving.builder.cli import main
-from repro_serving.builder.manifest import Host
-from repro_serving.builder.observe.host import (
-    Accelerator,
-    HostFacts,
-    accelerators,
-    compare,
-    cpu_info,
-    observe_host,
-    os_release,
-)
+from repro_serving.builder.documents.host import Accelerator, HostFacts, compare
+from repro_serving.builder.documents.manifest import Host
+from repro_serving.builder.observe.host import accelerators, cpu_info, observe_host, os_release
 
 EVIDENCE = Path(__file__).parent / "evidence" / "h200"
 

@@ -1,4 +1,4 @@
-"""One vocabulary of host facts for built and imported locks (`builder.lock.HostFacts`).
+"""One vocabulary of host facts for built and imported locks (`builder.documents.lock.HostFacts`).
 
 A built lock states every fact the host observer reads, null where the host has none; an
 imported one states only what the record's identity states, under the same names, and nothing
@@ -20,13 +20,14 @@ from repro_serving.builder import imported
 from repro_serving.builder.build import build
 from repro_serving.builder.canonical import canonical_json
 from repro_serving.builder.cli import main
+from repro_serving.builder.documents.host import Accelerator
+from repro_serving.builder.documents.host import HostFacts as ObservedHost
+from repro_serving.builder.documents.lock import AcceleratorFacts, HostFacts, Lock
+from repro_serving.builder.documents.manifest import Manifest
+from repro_serving.builder.documents.observations import ObservationsDocument
 from repro_serving.builder.errors import BadInput
 from repro_serving.builder.imported import Identity, IdentityHost, describe_host
-from repro_serving.builder.lock import AcceleratorFacts, HostFacts, Lock
-from repro_serving.builder.manifest import Manifest
-from repro_serving.builder.observations import ObservationsDocument
-from repro_serving.builder.observe.host import Accelerator, observe_host
-from repro_serving.builder.observe.host import HostFacts as ObservedHost
+from repro_serving.builder.observe.host import observe_host
 from repro_serving.builder.schemadoc import shipped
 from repro_serving.builder.sealing import bundle
 from repro_serving.builder.sealing.keys import SigningKey, TrustedKeys
@@ -78,7 +79,7 @@ def test_an_imported_host_states_exactly_what_the_record_states_under_the_locks_
 
 
 def test_the_manifests_enforced_host_reads_the_same_keys_in_an_imported_lock() -> None:
-    """What `[host]` enforces (`builder.observe.host.compare` reads a built host the same way)
+    """What `[host]` enforces (`builder.documents.host.compare` reads a built host the same way)
     is found under the same names in the imported facts."""
     host = Manifest.from_path(MANIFEST).host
     facts = laguna_identity().host.facts(where="identity")

@@ -31,9 +31,9 @@ from schemas import assert_valid, assert_valid_error
 from repro_serving.builder import readers
 from repro_serving.builder.cli import main
 from repro_serving.builder.commands import host as host_command
+from repro_serving.builder.documents.manifest import Manifest
 from repro_serving.builder.errors import BadInput, NotObservable
 from repro_serving.builder.hashing import sha256_file
-from repro_serving.builder.manifest import Manifest
 from repro_serving.builder.sealing import dsse
 from repro_serving.builder.sealing.bundle import (
     ENVELOPE,
@@ -277,13 +277,13 @@ def test_sealed_evidence_nested_deep_or_type_confused_never_shows_a_traceback(
     bundle: Path, case: str
 ) -> None:
     """Evidence `builder.verify` parses itself: a claim it cannot recompute fails (exit 1), a
-    refusal is exit 2, what escapes reaches at worst the last guard (exit 3, one line); never a
+    refusal is exit 2, what escapes reaches at worst the last guard (exit 4, one line); never a
     traceback, and always a document that says it failed."""
     name, data = EVIDENCE_READ_BY_VERIFY[case]
     (bundle / name).write_bytes(data)
     reseal(bundle)
     code, out, err = run(verify_args(bundle, "--json"))
-    assert code in (1, 2, 3), err
+    assert code in (1, 2, 3, 4), err
     if code == 1:
         assert assert_valid("verify", out)["ok"] is False
     else:
@@ -514,12 +514,12 @@ def failing_host(monkeypatch: pytest.MonkeyPatch) -> Iterator[Callable[[BaseExce
 @pytest.mark.parametrize(
     "error", [RecursionError("maximum recursion depth exceeded"), MemoryError(), TypeError("x")]
 )
-def test_an_internal_error_is_one_line_and_exit_3(
+def test_an_internal_error_is_one_line_and_exit_4(
     failing_host: Callable[[BaseException], None], error: BaseException
 ) -> None:
     failing_host(error)
     code, out, err = run(["host"])
-    assert code == 3
+    assert code == 4
     shown = f"{type(error).__name__}: {error}" if str(error) else type(error).__name__
     assert err == f"repro: internal error: {shown} (run with -v for the traceback)\n"
     assert out == ""
@@ -530,8 +530,8 @@ def test_an_internal_error_with_json_is_a_document(
 ) -> None:
     failing_host(RecursionError("deep"))
     code, out, _ = run(["host", "--json"])
-    assert code == 3
-    assert error_document(out, 3)["error"]["found"] == "RecursionError: deep"
+    assert code == 4
+    assert error_document(out, 4)["error"]["found"] == "RecursionError: deep"
 
 
 @pytest.mark.parametrize("flag_first", [True, False])
@@ -541,7 +541,7 @@ def test_verbose_shows_the_traceback_of_an_internal_error(
     flag_first: bool,
 ) -> None:
     failing_host(RecursionError("deep"))
-    assert main(["-v", "host"] if flag_first else ["host", "--verbose"]) == 3
+    assert main(["-v", "host"] if flag_first else ["host", "--verbose"]) == 4
     err = capsys.readouterr().err
     assert "Traceback (most recent call last)" in err
     assert err.endswith("repro: internal error: RecursionError: deep\n")

@@ -31,8 +31,10 @@ from conftest import REPO_ROOT, SERVE_VENV, TINY_MANIFEST, tiny_server_spec
 
 from repro_serving.builder import tinymodel
 from repro_serving.builder.cli import main
+from repro_serving.builder.documents.host import HostFacts
+from repro_serving.builder.documents.manifest import Manifest, Suite, expand
+from repro_serving.builder.documents.python import Distribution
 from repro_serving.builder.errors import BadInput, ExitCode, NotObservable
-from repro_serving.builder.manifest import Manifest, Suite, expand
 from repro_serving.builder.manifestdraft import (
     Draft,
     DraftOptions,
@@ -41,10 +43,9 @@ from repro_serving.builder.manifestdraft import (
     render,
     suite_text,
 )
-from repro_serving.builder.native.processes import ProcessSnapshot, TreeSnapshot
 from repro_serving.builder.native.pyenv import Environment
-from repro_serving.builder.observe.host import HostFacts
-from repro_serving.builder.observe.python import Distribution, Venv, distributions, venv_values
+from repro_serving.builder.native.snapshot import ProcessSnapshot, TreeSnapshot
+from repro_serving.builder.observe.python import distributions
 from repro_serving.builder.observe.server import (
     FoundModel,
     MappedElf,
@@ -57,15 +58,16 @@ from repro_serving.builder.observe.server import (
     stack_preloads,
     tree_id,
 )
-from repro_serving.builder.observe.vllmargv import (
+from repro_serving.builder.placeholders import Venv, venv_values
+from repro_serving.builder.restore.models import tree_id as flat_tree_id
+from repro_serving.builder.sealing.keys import TrustedKeys
+from repro_serving.builder.verify import verify
+from repro_serving.builder.vllmlog import (
     hub_cache_root,
     hub_snapshot,
     model_arguments,
     vllm_entry,
 )
-from repro_serving.builder.restore.models import tree_id as flat_tree_id
-from repro_serving.builder.sealing.keys import TrustedKeys
-from repro_serving.builder.verify import verify
 from repro_serving.launch import server as lifecycle
 
 VENV = Venv(

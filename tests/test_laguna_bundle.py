@@ -19,9 +19,9 @@ from schemas import assert_valid
 
 from repro_serving.builder.build import BuildRefused, build
 from repro_serving.builder.cli import main
+from repro_serving.builder.documents.lock import EvidenceClass
+from repro_serving.builder.documents.manifest import Manifest
 from repro_serving.builder.errors import BadInput
-from repro_serving.builder.lock import EvidenceClass
-from repro_serving.builder.manifest import Manifest
 from repro_serving.builder.sealing import bundle
 from repro_serving.builder.sealing.keys import SigningKey, TrustedKeys
 from repro_serving.builder.verify import VerifyReport, verify

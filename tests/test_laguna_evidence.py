@@ -14,10 +14,15 @@ from typing import Any
 
 import pytest
 
+from repro_serving.builder.documents.evidence import VerdictStatus
+from repro_serving.builder.documents.manifest import (
+    Gates,
+    LogMarker,
+    SpecDecodeGate,
+    ThroughputGate,
+)
 from repro_serving.builder.errors import BadInput
-from repro_serving.builder.manifest import Gates, LogMarker, SpecDecodeGate, ThroughputGate
 from repro_serving.launch import gates
-from repro_serving.launch.evidence import VerdictStatus
 from repro_serving.launch.historical import (
     RUN_DIR,
     TEACHER_TEXTS,

@@ -14,8 +14,8 @@ from schemas import assert_valid
 
 from repro_serving.builder.cli import main
 from repro_serving.builder.commands.check import plan
+from repro_serving.builder.documents.manifest import Manifest, expand
 from repro_serving.builder.errors import BadInput
-from repro_serving.builder.manifest import Manifest, expand
 from repro_serving.builder.native.kernels import KernelSet, Origin, origin_of, runtime_markers
 from repro_serving.launch.gates import judge
 from repro_serving.launch.historical import Record, load_record
@@ -272,7 +272,7 @@ def test_a_kernel_set_placeholder_the_manifest_does_not_define_is_refused() -> N
 def test_a_kernel_path_not_in_placeholder_form_is_refused(
     tmp_path: Path, path: str, found: str
 ) -> None:
-    text = (ROOT / "builder" / "kernels" / "laguna-b70.toml").read_text("utf-8")
+    text = (ROOT / "kernels" / "laguna-b70.toml").read_text("utf-8")
     text = text.replace("{source.kernel_record_tree}/vllm_xpu_kernels/_C.abi3.so", path)
     (tmp_path / "laguna-b70.toml").write_text(text, "utf-8")
     with pytest.raises(BadInput) as refused:

@@ -15,7 +15,8 @@ from pathlib import Path
 import pytest
 from pydantic import ValidationError
 
-from repro_serving.builder.manifest import (
+from repro_serving.builder.documents.evidence import OracleRow, Rows, RunEvidence, VerdictStatus
+from repro_serving.builder.documents.manifest import (
     FreshStartThroughputGate,
     Gates,
     LatencyGate,
@@ -23,7 +24,6 @@ from repro_serving.builder.manifest import (
     ThroughputGate,
 )
 from repro_serving.launch import gates, latency
-from repro_serving.launch.evidence import OracleRow, Rows, RunEvidence, VerdictStatus
 from repro_serving.launch.throughput import measure
 
 REPO = Path(__file__).resolve().parents[1]

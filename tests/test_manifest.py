@@ -9,8 +9,7 @@ import pytest
 from pydantic import ValidationError
 
 from repro_serving.builder import tinymodel
-from repro_serving.builder.errors import BadInput, ExitCode
-from repro_serving.builder.manifest import (
+from repro_serving.builder.documents.manifest import (
     Manifest,
     Suite,
     expand,
@@ -18,6 +17,7 @@ from repro_serving.builder.manifest import (
     schema_document,
     shipped_schema,
 )
+from repro_serving.builder.errors import BadInput, ExitCode
 
 ASSETS = Path(__file__).parent / "manifests"
 INVALID = ASSETS / "invalid"
@@ -119,7 +119,7 @@ def test_the_default_pins_exactly_what_the_generator_writes(tmp_path: Path) -> N
 
 
 def test_the_shipped_schema_is_what_the_models_produce() -> None:
-    """Regenerate with: python -c 'from builder.manifest import schema_document as s;
+    """Regenerate with: python -c 'from builder.documents.manifest import schema_document as s;
     open("builder/schemas/manifest.v1.json", "w").write(s())'"""
     assert shipped_schema() == schema_document()
     # the models' own schema, each field described by its docstring

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from repro_serving.launch.evidence import MetricsDelta
+from repro_serving.builder.documents.evidence import MetricsDelta
 from repro_serving.launch.metrics import CounterReset, MetricsUnreadable, delta, families, samples
 
 REPO = Path(__file__).resolve().parent.parent

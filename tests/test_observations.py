@@ -14,9 +14,10 @@ from pathlib import Path
 import pytest
 import tomli_w
 
+from repro_serving.builder.documents.manifest import Manifest
+from repro_serving.builder.documents.observations import drifts
 from repro_serving.builder.drift import DriftKind
-from repro_serving.builder.manifest import Manifest
-from repro_serving.builder.observations import drifts, observe
+from repro_serving.builder.observations import observe
 
 TINY = Path(__file__).resolve().parent.parent / "manifests" / "tiny-cpu.toml"
 

@@ -6,9 +6,9 @@ bundle its staged verify could not read (seen on an H100, bench/gpu, docs/gpu.md
 
 from __future__ import annotations
 
-from repro_serving.builder.lock import WheelArtifact
-from repro_serving.builder.observations import ObservationsDocument
-from repro_serving.builder.observe.host import Accelerator, HostFacts
+from repro_serving.builder.documents.host import Accelerator, HostFacts
+from repro_serving.builder.documents.lock import WheelArtifact
+from repro_serving.builder.documents.observations import ObservationsDocument
 
 H100 = Accelerator(
     address="0000:00:05.0",

@@ -11,9 +11,10 @@ from pathlib import Path
 
 import pytest
 
+from repro_serving.builder.documents.manifest import Model
+from repro_serving.builder.documents.models import ModelFacts, compare
 from repro_serving.builder.drift import Drift, DriftKind
-from repro_serving.builder.manifest import Model
-from repro_serving.builder.observe.models import ModelFacts, compare, observe_model
+from repro_serving.builder.observe.models import observe_model
 
 REVISION = "0123456789abcdef0123456789abcdef01234567"
 OTHER_REVISION = "89abcdef0123456789abcdef0123456789abcdef"

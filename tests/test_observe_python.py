@@ -16,20 +16,17 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from repro_serving.builder.documents.manifest import Python, expand, placeholder_path
+from repro_serving.builder.documents.python import PythonFacts, compare
 from repro_serving.builder.drift import Drift, DriftKind
-from repro_serving.builder.manifest import Python, expand
 from repro_serving.builder.observe.python import (
-    PythonFacts,
-    Venv,
     check_records,
-    compare,
     distributions,
     observe_python,
-    placeholder_path,
     record_digest,
     record_entries,
-    venv_values,
 )
+from repro_serving.builder.placeholders import Venv, venv_values
 
 SERVE_VENV = Path(__file__).resolve().parent.parent / ".venv-serve"
 

@@ -10,10 +10,11 @@ from pathlib import Path
 
 import pytest
 
+from repro_serving.builder.documents.manifest import Source
+from repro_serving.builder.documents.sources import SourceFacts, compare
 from repro_serving.builder.drift import Drift, DriftKind
 from repro_serving.builder.errors import NotObservable
-from repro_serving.builder.manifest import Source
-from repro_serving.builder.observe.sources import SourceFacts, compare, observe_source
+from repro_serving.builder.observe.sources import observe_source
 
 GIT_ENV = {
     "GIT_AUTHOR_NAME": "repro tests",

@@ -21,9 +21,9 @@ from typing import Any, ClassVar
 import pytest
 from conftest import REPO_ROOT, TinyServer
 
-from repro_serving.builder.manifest import Suite
+from repro_serving.builder.documents.evidence import OracleRow
+from repro_serving.builder.documents.manifest import Suite
 from repro_serving.launch import oracle
-from repro_serving.launch.evidence import OracleRow
 from repro_serving.launch.throughput import row_rate, row_window
 
 SUITE = Suite.from_path(REPO_ROOT / "manifests" / "suites" / "tiny-cpu.json")

@@ -20,7 +20,7 @@ import pytest
 
 from repro_serving import DISTRIBUTION
 from repro_serving.builder import commands
-from repro_serving.builder.observe import release
+from repro_serving.builder.own import release
 from repro_serving.builder.sealing.bundle import wheel_filename
 from repro_serving.builder.sealing.statement import repro_version
 

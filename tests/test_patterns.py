@@ -17,8 +17,8 @@ from pathlib import Path
 
 import pytest
 
+from repro_serving.builder.documents.manifest import LogMarker, Manifest
 from repro_serving.builder.errors import BadInput, ExitCode
-from repro_serving.builder.manifest import LogMarker, Manifest
 from repro_serving.builder.native.kernels import KernelSet
 from repro_serving.builder.patterns import MAX_PROGRAM_SIZE, SYNTAX, compile_pattern
 from repro_serving.launch import gates
@@ -35,7 +35,7 @@ DEADLINE_S = 10
 RANK = r"^\((Worker_TP\d+_EP\d+) pid=\d+\)"
 DECLARING = (
     "manifests/*.toml",
-    "builder/kernels/*.toml",
+    "kernels/*.toml",
     "tests/manifests/*.toml",
     "repro/*/manifest.toml",
     "repro/*/kernels/*.toml",
@@ -58,8 +58,8 @@ FALLBACK_LINES = (
 
 _JUDGE = """
 import json, sys
-from repro_serving.builder.manifest import Gates, LogMarker
-from repro_serving.launch.evidence import RunEvidence
+from repro_serving.builder.documents.manifest import Gates, LogMarker
+from repro_serving.builder.documents.evidence import RunEvidence
 from repro_serving.launch.gates import judge
 
 pattern, log = sys.argv[1], sys.stdin.read()

@@ -18,14 +18,14 @@ import pytest
 from bundle_assets import as_its_sealer
 
 from repro_serving.builder import imported
-from repro_serving.builder.build import BuildRefused, build
+from repro_serving.builder.build import BuildRefused, build, seal_record
+from repro_serving.builder.documents.manifest import Manifest
 from repro_serving.builder.handoff.readme import render_readme
 from repro_serving.builder.hashing import sha256_file
-from repro_serving.builder.manifest import Manifest
 from repro_serving.builder.sealing import bundle
 from repro_serving.builder.sealing.keys import SigningKey, TrustedKeys
 from repro_serving.builder.sealing.seal import Handoff
-from repro_serving.builder.verify import OpenedBundle, recompute, verify
+from repro_serving.builder.verify import JudgedBundle, recompute, verify
 
 REPO = Path(__file__).resolve().parent.parent
 COMMITTED = REPO / "repro" / "laguna-102tps"
@@ -71,7 +71,7 @@ def _laid_out(
 
 def _readme(staged: Path) -> bytes:
     """The README a forger writes: the claims as recomputed, failing ones included."""
-    opened = OpenedBundle.read(staged)
+    opened = JudgedBundle.read(staged)
     return render_readme(opened.lock, recompute(opened, handoff=False))
 
 
@@ -90,7 +90,7 @@ def forged(
     )
     (tmp_path / "out").mkdir()
     with as_its_sealer(COMMITTED):
-        sealed, _lock = imported.seal_record(
+        sealed, _lock = seal_record(
             manifest,
             manifest_path,
             files,

@@ -28,10 +28,10 @@ from PIL import Image
 
 from repro_serving.builder.build import build
 from repro_serving.builder.cli import main
+from repro_serving.builder.documents.audit import AuditDocument
+from repro_serving.builder.documents.manifest import ThroughputGate
 from repro_serving.builder.drift import Drift, DriftKind
 from repro_serving.builder.errors import BadInput
-from repro_serving.builder.manifest import ThroughputGate
-from repro_serving.builder.native.auditreport import AuditDocument
 from repro_serving.builder.report.compute import audit_start, rate_problem
 from repro_serving.builder.report.gather import read_report
 from repro_serving.builder.report.model import (

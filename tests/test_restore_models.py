@@ -20,9 +20,10 @@ from urllib.parse import unquote, urlparse
 import pytest
 
 from repro_serving.builder import tinymodel
+from repro_serving.builder.documents.manifest import Manifest, Model
+from repro_serving.builder.documents.models import compare
 from repro_serving.builder.drift import Drift, DriftKind
-from repro_serving.builder.manifest import Manifest, Model
-from repro_serving.builder.observe.models import compare, observe_model
+from repro_serving.builder.observe.models import observe_model
 from repro_serving.builder.restore.models import restore_model, tree_id
 from repro_serving.builder.restore.step import Action, StepResult
 
@@ -506,7 +507,7 @@ def hub() -> Iterator[_Hub]:
 _RESTORE = """
 import json, sys
 from pathlib import Path
-from repro_serving.builder.manifest import Model
+from repro_serving.builder.documents.manifest import Model
 from repro_serving.builder.restore.models import restore_model
 model = Model.model_validate_json(sys.argv[1])
 said = []

@@ -20,10 +20,10 @@ from pathlib import Path
 
 import pytest
 
+from repro_serving.builder.documents.lock import EvidenceClass, PythonClaim, WheelArtifact
+from repro_serving.builder.documents.manifest import Python
 from repro_serving.builder.drift import DriftKind
 from repro_serving.builder.hashing import sha256_file
-from repro_serving.builder.lock import EvidenceClass, PythonClaim, WheelArtifact
-from repro_serving.builder.manifest import Python
 from repro_serving.builder.restore.python import restore_python
 from repro_serving.builder.restore.step import Action
 

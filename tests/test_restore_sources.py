@@ -12,9 +12,10 @@ from pathlib import Path
 
 import pytest
 
+from repro_serving.builder.documents.manifest import Source
+from repro_serving.builder.documents.sources import compare
 from repro_serving.builder.drift import Drift, DriftKind
-from repro_serving.builder.manifest import Source
-from repro_serving.builder.observe.sources import compare, observe_source
+from repro_serving.builder.observe.sources import observe_source
 from repro_serving.builder.restore.sources import restore_source
 from repro_serving.builder.restore.step import Action, Progress, StepResult, no_progress
 

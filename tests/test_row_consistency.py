@@ -21,8 +21,9 @@ from typing import Any
 import pytest
 from conftest import REPO_ROOT
 
+from repro_serving.builder.documents.evidence import OracleRow, Rows
+from repro_serving.builder.documents.manifest import Manifest, Suite
 from repro_serving.builder.errors import BadInput
-from repro_serving.builder.manifest import Manifest, Suite
 from repro_serving.builder.tinymodel import ARCHITECTURE
 from repro_serving.launch.consistency import (
     DELIVERY_SLACK_S,
@@ -33,7 +34,6 @@ from repro_serving.launch.consistency import (
     rows_problems,
     starts_problems,
 )
-from repro_serving.launch.evidence import OracleRow, Rows
 from repro_serving.launch.historical import load_bench
 
 TINY = REPO_ROOT / "tests" / "evidence" / "tiny-cpu" / "record"

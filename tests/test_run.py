@@ -26,10 +26,11 @@ from conftest import REPO_ROOT, TINY_MANIFEST
 
 from repro_serving.builder import tinymodel
 from repro_serving.builder.cli import main
-from repro_serving.builder.manifest import Manifest
+from repro_serving.builder.documents.evidence import Teacher, VerdictStatus
+from repro_serving.builder.documents.manifest import Manifest
+from repro_serving.builder.documents.rundir import RunStatus, read_rows, read_status
 from repro_serving.launch import registry
 from repro_serving.launch import server as lifecycle
-from repro_serving.launch.evidence import Teacher, VerdictStatus
 from repro_serving.launch.oracle import OracleFailed
 from repro_serving.launch.run import (
     Event,
@@ -39,7 +40,6 @@ from repro_serving.launch.run import (
     capture_teacher,
     run_profile,
 )
-from repro_serving.launch.rundir import RunStatus, read_rows, read_status
 
 MANIFEST = Manifest.from_path(TINY_MANIFEST)
 ROLES = ["api_server", "engine_core", "resource_tracker", "worker"]
@@ -161,6 +161,19 @@ def test_a_teacher_of_another_suite_is_refused_before_the_server_starts(
     err = capsys.readouterr().err
     assert "the teacher is not of this suite" in err
     assert "found:    suite 'tiny-completion-v1' with prompts " in err
+
+
+def test_a_malformed_teacher_is_refused_naming_every_problem(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`--teacher` is read by the reader of a sealed teacher: every problem, by key path."""
+    (tmp_path / "teacher.json").write_text('{"suite": 7, "rows": [{"prompt_id": 1}]}')
+    code = main(["run", str(TINY_MANIFEST), "--teacher", str(tmp_path / "teacher.json")])
+    assert code == 2
+    err = capsys.readouterr().err
+    assert "the teacher does not follow its format" in err
+    assert "suite: Input should be a valid string (found 7)" in err
+    assert "rows.0.prompt_id: Input should be a valid string (found 1)" in err
 
 
 # --- real runs ----------------------------------------------------------------------------------

@@ -18,6 +18,7 @@ import pytest
 from conftest import REPO_ROOT, TinyServer, TinyServerSpec
 
 from repro_serving.launch import server as lifecycle
+from repro_serving.launch.spec import ServerSpec
 
 SUITE = json.loads((REPO_ROOT / "manifests" / "suites" / "tiny-cpu.json").read_text())
 
@@ -35,9 +36,9 @@ http.server.ThreadingHTTPServer(
 """
 
 
-def http_spec(tmp_path: Path, argv: tuple[str, ...], **bounds: float) -> lifecycle.ServerSpec:
+def http_spec(tmp_path: Path, argv: tuple[str, ...], **bounds: float) -> ServerSpec:
     port = lifecycle.free_port()
-    return lifecycle.ServerSpec(
+    return ServerSpec(
         argv=tuple(arg.format(port=port) for arg in argv),
         env={"PATH": "/usr/bin:/bin"},
         port=port,
@@ -48,7 +49,7 @@ def http_spec(tmp_path: Path, argv: tuple[str, ...], **bounds: float) -> lifecyc
     )
 
 
-def python_spec(tmp_path: Path, script: str, *args: str, **bounds: float) -> lifecycle.ServerSpec:
+def python_spec(tmp_path: Path, script: str, *args: str, **bounds: float) -> ServerSpec:
     return http_spec(tmp_path, (sys.executable, "-c", script, *args), **bounds)
 
 

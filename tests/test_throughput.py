@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from repro_serving.launch.evidence import OracleRow
+from repro_serving.builder.documents.evidence import OracleRow
 from repro_serving.launch.throughput import (
     UnmeasurableRow,
     measure,
@@ -314,7 +314,7 @@ def test_a_run_without_a_rate_seals_no_throughput_claim() -> None:
     throughput gate; the lock of the sealed run then states no throughput (rather than its
     sealing breaking on the missing number)."""
     from repro_serving.builder.claims import oracle_claim
-    from repro_serving.builder.manifest import Manifest, Suite
+    from repro_serving.builder.documents.manifest import Manifest, Suite
 
     root = Path(__file__).resolve().parents[1]
     manifest = Manifest.from_path(root / "manifests" / "tiny-cpu.toml")

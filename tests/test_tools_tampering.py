@@ -35,16 +35,13 @@ from conftest import REPO_ROOT
 
 from repro_serving.builder.build import staged_readme
 from repro_serving.builder.cli import main
+from repro_serving.builder.documents.python import normalize
+from repro_serving.builder.documents.tools import ToolRequirements
 from repro_serving.builder.handoff import tools
-from repro_serving.builder.observe import release
-from repro_serving.builder.observe.python import normalize
-from repro_serving.builder.observe.tools import (
-    ToolRequirements,
-    build_wheel,
-    dependency_closure,
-    own_stated,
-    wheel_requires,
-)
+from repro_serving.builder.handoff.kernelsets import PACKAGED_KERNELS
+from repro_serving.builder.observe.tools import build_wheel, dependency_closure, wheel_requires
+from repro_serving.builder.own import release
+from repro_serving.builder.own.stated import own_stated
 from repro_serving.builder.sealing import bundle, statement
 from repro_serving.builder.sealing.seal import seal
 
@@ -780,7 +777,12 @@ def _unknown_method(root: Path) -> None:
     """The kernel set a Laguna bundle judges by, told compressed by a method zipfile lacks."""
     wheel = wheel_of(root)
     data = bytearray(wheel.read_bytes())
-    at = data.rindex(b"repro_serving/builder/kernels/xpu.toml") - 46
+    member = next(
+        f"{place}/xpu.toml".encode()
+        for place in PACKAGED_KERNELS
+        if f"{place}/xpu.toml".encode() in data
+    )
+    at = data.rindex(member) - 46
     assert data[at : at + 4] == b"PK\x01\x02"
     data[at + 10 : at + 12] = (99).to_bytes(2, "little")  # its compression method
     wheel.write_bytes(bytes(data))

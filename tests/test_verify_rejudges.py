@@ -26,8 +26,8 @@ from schemas import assert_valid
 from repro_serving.builder.canonical import canonical_json
 from repro_serving.builder.claims import environments_claim, roles_claim
 from repro_serving.builder.cli import main
-from repro_serving.builder.native.auditreport import AuditDocument
-from repro_serving.builder.observe.vllmargv import (
+from repro_serving.builder.documents.audit import AuditDocument
+from repro_serving.builder.vllmlog import (
     logged_argument_problems,
     logged_version_problems,
     logged_versions,

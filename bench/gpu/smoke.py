@@ -24,9 +24,10 @@ import urllib.request
 from collections import Counter
 from pathlib import Path
 
-from repro_serving.builder.manifest import Manifest, expand
-from repro_serving.builder.observations import drifts, observe
-from repro_serving.builder.observe.python import path_values
+from repro_serving.builder.documents.manifest import Manifest, expand
+from repro_serving.builder.documents.observations import drifts
+from repro_serving.builder.observations import observe
+from repro_serving.builder.placeholders import path_values
 
 
 def get(url: str, timeout: float = 2.0) -> tuple[int, bytes]:

@@ -9,9 +9,9 @@ from typing import Literal, Self
 
 from rich.table import Table
 
+from repro_serving.builder.documents.lock import EvidenceClass
 from repro_serving.builder.drift import Difference, Drift
 from repro_serving.builder.errors import BadInput, NotObservable
-from repro_serving.builder.lock import EvidenceClass
 from repro_serving.builder.readers import describe_mode
 from repro_serving.builder.render import Output, Report, console, drift_table, table
 from repro_serving.builder.verify import VerifyReport

@@ -14,10 +14,11 @@ import argparse
 from dataclasses import dataclass
 from pathlib import Path
 
+from repro_serving.builder.documents.audit import AuditDocument
+from repro_serving.builder.documents.manifest import Manifest
 from repro_serving.builder.errors import BadInput, ExitCode
-from repro_serving.builder.manifest import Manifest
 from repro_serving.builder.native.audit import AuditReport
-from repro_serving.builder.native.auditreport import AuditDocument, print_report
+from repro_serving.builder.native.auditreport import audit_document, print_report
 from repro_serving.builder.native.loaderhost import host_config
 from repro_serving.builder.native.policy import (
     DefaultRoots,
@@ -128,7 +129,7 @@ def audit(args: argparse.Namespace) -> Audit:
 def execute(args: argparse.Namespace) -> int:
     done = audit(args)
     if args.json:
-        document = AuditDocument.of(done.report)
+        document = audit_document(done.report)
         write_report(AuditOutput(ok=done.report.passed, **dict(document)))
     else:
         if done.defaults is not None:

@@ -20,20 +20,20 @@ from pydantic import JsonValue
 from rich.markup import escape
 from rich.table import Table
 
-from repro_serving.builder.errors import BadInput, ExitCode
-from repro_serving.builder.manifest import (
+from repro_serving.builder.documents.manifest import (
     Accelerator,
     Bundle,
-    Gates,
     HostFact,
     Launch,
-    LogMarker,
     Manifest,
     Suite,
 )
+from repro_serving.builder.errors import BadInput, ExitCode
 from repro_serving.builder.native.kernels import KernelSet
 from repro_serving.builder.progress import say
 from repro_serving.builder.render import Output, Report, console, table, write_report
+from repro_serving.launch.gates import plan as gate_plan
+from repro_serving.launch.gatetext import marker_check
 
 
 class EnforcedHost(Output):
@@ -226,19 +226,20 @@ def deep_models(manifest: Manifest) -> tuple[ModelCheck, ...]:
     """Every model's directory resolved on this host and its release files hashed against the
     pins, each problem with the placeholder of its directory replaced by the path."""
     # hashing and observing: only what --deep runs imports
+    from repro_serving.builder.documents.models import compare
     from repro_serving.builder.observations import model_directory
-    from repro_serving.builder.observe import models
+    from repro_serving.builder.observe.models import observe_model
 
     found = []
     for model in manifest.models:
         directory = model_directory(manifest, model)
         placeholder = f"{{model.{model.role}}}"
         say(f"hashing the {len(model.files)} release file(s) of model {model.role} in {directory}")
-        facts = models.observe_model(model, directory, {f"model.{model.role}": str(directory)})
+        facts = observe_model(model, directory, {f"model.{model.role}": str(directory)})
         problems = tuple(
             f"{drift.subject}: {drift.why}: expected {drift.expected}, found {drift.observed}"
             .replace(placeholder, str(directory))
-            for drift in models.compare(model, facts)
+            for drift in compare(model, facts)
         )  # fmt: skip
         files = sum(1 for f in facts.files if f.sha256 is not None)
         found.append(ModelCheck(role=model.role, directory=str(directory), files=files,
@@ -398,7 +399,7 @@ def _native(manifest: Manifest) -> NativePlan:
         kernel_sets=tuple(kernel_set.name for kernel_set in sets),
         kernel_pins=tuple(pin for kernel_set in sets for pin in _kernel_pins(kernel_set)),
         kernel_markers=tuple(
-            KernelMarkerPlan(set=kernel_set.name, marker=marker.name, checks=_marker_check(marker))
+            KernelMarkerPlan(set=kernel_set.name, marker=marker.name, checks=marker_check(marker))
             for kernel_set in sets
             for marker in kernel_set.markers
         ),
@@ -424,81 +425,12 @@ def _oracle(manifest: Manifest, suite: Suite) -> OraclePlan:
         ),
         teacher=oracle.teacher,
         chat_template_kwargs=oracle.chat_template_kwargs,
-        gates=tuple(
-            GatePlan(gate=gate, checks=checks) for gate, checks in gate_checks(oracle.gates)
-        ),
+        gates=tuple(GatePlan(gate=gate, checks=checks) for gate, checks in gate_plan(oracle.gates)),
         quality=tuple(
             QualityPlan(check=check.name, kind=check.kind, prompts=tuple(check.prompts) or "all")
             for check in oracle.quality
         ),
     )
-
-
-def gate_checks(gates: Gates) -> list[tuple[str, str]]:
-    """Each gate that will run, with what it checks."""
-    checks: list[tuple[str, str]] = []
-    if gates.exact_token_ids:
-        checks.append(("exact_token_ids", "every row's token ids equal the teacher's"))
-    if gates.text_sha256:
-        checks.append(("text_sha256", "every row's text sha256 equals the teacher's"))
-    if gates.cached_tokens_zero:
-        checks.append(("cached_tokens_zero", "cached_tokens == 0 on every row"))
-    if gates.prefix_cache_hit_delta_zero:
-        checks.append(("prefix_cache_hit_delta_zero", "prefix-cache hits after - before == 0"))
-    checks += [(f"log_marker {m.name}", _marker_check(m)) for m in gates.log_markers]
-    checks += [
-        ("forbidden_log_pattern", f"no line matches /{p}/") for p in gates.forbidden_log_patterns
-    ]
-    if gates.spec_decode is not None:
-        spec = gates.spec_decode
-        text = f"accepted / draft tokens in [{spec.acceptance_min}, {spec.acceptance_max}]"
-        if spec.positions is not None:
-            text += f"; {spec.positions} positions"
-        if spec.survival_must_decay:
-            text += "; accepted per position decays"
-        checks.append(("spec_decode", text))
-    if gates.throughput is not None:
-        rate = gates.throughput
-        text = f"median (N-1)/span, N = {rate.tokens}, >= {rate.floor} x the sealed rate"
-        if rate.floor_tok_s is not None:
-            text += f" and >= {rate.floor_tok_s:g} tok/s"
-        if rate.prompt_floor is not None:
-            text += f"; every prompt >= {rate.prompt_floor} x the sealed rate"
-        if rate.record_historical:
-            text += "; N/span recorded, labelled historical"
-        checks.append(("throughput", text))
-    checks.append(("fresh_starts", f"{gates.fresh_starts} fresh start(s) reproduce the token ids"))
-    checks += [
-        (
-            f"metrics_info {info.family}",
-            ", ".join(f"{label} = {value!r}" for label, value in info.labels.items()),
-        )
-        for info in gates.metrics_info
-    ]
-    if gates.fresh_start_throughput is not None:
-        tolerance = gates.fresh_start_throughput.relative_tolerance
-        text = f"each further start's median (N-1)/span within {tolerance} of start 1's"
-        checks.append(("fresh_start_throughput", text))
-    if gates.stall is not None:
-        stall = gates.stall
-        text = f"no gap above {stall.factor:g} x its row's median ITL and {stall.min_ms:g} ms"
-        checks.append(("stall", text + ", in every start"))
-    if gates.latency is not None:
-        bounds = {
-            "TTFT p99": gates.latency.ttft_p99_max_ms,
-            "ITL p99": gates.latency.itl_p99_max_ms,
-            "TPOT p50": gates.latency.tpot_p50_max_ms,
-        }
-        text = ", ".join(f"{name} <= {v:g} ms" for name, v in bounds.items() if v is not None)
-        checks.append(("latency", text + ", in every start"))
-    return checks
-
-
-def _marker_check(marker: LogMarker) -> str:
-    if marker.count is not None:
-        return f"/{marker.pattern}/ exactly {marker.count} time(s)"
-    counts = ", ".join(f"{rank}: {count}" for rank, count in marker.per_rank.items())
-    return f"/{marker.pattern}/ per rank /{marker.rank_pattern}/ exactly {counts}"
 
 
 def print_plan(source: str, document: Plan) -> None:

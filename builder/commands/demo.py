@@ -35,13 +35,13 @@ from repro_serving.builder.commands._shared import (
 )
 from repro_serving.builder.commands.launch import PreflightOutput
 from repro_serving.builder.commands.run import RunSummary, print_summary, run_report_error
+from repro_serving.builder.documents.manifest import Manifest
 from repro_serving.builder.errors import BadInput, ExitCode
-from repro_serving.builder.manifest import Manifest
+from repro_serving.builder.hostcheck import verify_here
 from repro_serving.builder.progress import say as progress
 from repro_serving.builder.render import Report, console, drift_table, table, write_report
 from repro_serving.builder.replay import PreflightRefused, launch
 from repro_serving.builder.sealing.keys import SigningKey, TrustedKeys
-from repro_serving.builder.verify import verify
 
 EMBEDDED: Final = resources.files("repro_serving")
 DEFAULT_MANIFEST: Final = "manifests/tiny-cpu.toml"
@@ -108,7 +108,7 @@ def execute(args: argparse.Namespace) -> int:
             console().print(drift_table(refused.drifts, refused.what))
         return int(ExitCode.CHECK_FAILED)
     say(f"verifying {built.sealed.path} offline and against this host")
-    verified = verify(built.sealed.path, trusted, host=True)
+    verified = verify_here(built.sealed.path, trusted)
     if not verified.ok:
         if args.json:
             write_report(DemoUnverifiedOutput(verify=Verification.of(verified)))

@@ -23,8 +23,8 @@ from pydantic import (
 )
 from rich.table import Table
 
+from repro_serving.builder.documents.lock import Lock
 from repro_serving.builder.errors import BadInput, ExitCode
-from repro_serving.builder.lock import Lock
 from repro_serving.builder.readers import LOCK_LIMIT, NoSuchFile, read_bytes
 from repro_serving.builder.render import Output, Report, console, table, write_report
 from repro_serving.builder.report import headline

@@ -1,9 +1,9 @@
 """This host's facts: OS, kernel, CPU, memory and every accelerator on its PCI bus.
 
 `repro host` prints what the host observer sees, the same facts `repro build` records and
-`repro verify --host` compares (`--json`: in the lock's vocabulary, `builder.lock.HostFacts`);
-an accelerator is read from sysfs (PCI class, vendor:device, address, bound driver and its
-module version), never from a vendor tool.
+`repro verify --host` compares (`--json`: in the lock's vocabulary,
+`builder.documents.lock.HostFacts`); an accelerator is read from sysfs (PCI class,
+vendor:device, address, bound driver and its module version), never from a vendor tool.
 """
 
 from __future__ import annotations
@@ -11,9 +11,10 @@ from __future__ import annotations
 import argparse
 from typing import Literal
 
-from repro_serving.builder import lock
+from repro_serving.builder.documents import lock
+from repro_serving.builder.documents.host import Accelerator, HostFacts
 from repro_serving.builder.errors import ExitCode
-from repro_serving.builder.observe.host import Accelerator, HostFacts, observe_host
+from repro_serving.builder.observe.host import observe_host
 from repro_serving.builder.render import Report, console, table, write_report
 
 

@@ -23,9 +23,9 @@ from pathlib import Path
 
 from rich.markup import escape
 
+from repro_serving.builder.documents.manifest import Manifest, Suite
 from repro_serving.builder.drift import Drift
 from repro_serving.builder.errors import BadInput, ExitCode, NotObservable
-from repro_serving.builder.manifest import Manifest, Suite
 from repro_serving.builder.manifestdraft import Draft, DraftOptions, draft, placed, render
 from repro_serving.builder.manifestdraft import suite_text as render_suite
 from repro_serving.builder.native.policy import judge_tree, policy_from_manifest

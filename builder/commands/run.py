@@ -17,11 +17,11 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from pydantic import ValidationError
-
 from repro_serving.builder import tinymodel
+from repro_serving.builder.documents.evidence import MetricsDelta, Teacher, Verdict
+from repro_serving.builder.documents.manifest import Manifest, Suite
+from repro_serving.builder.documents.rundir import TEACHER_FILE, RunStatus, atomic_write, json_bytes
 from repro_serving.builder.errors import BadInput, ExitCode
-from repro_serving.builder.manifest import Manifest, Suite
 from repro_serving.builder.progress import say
 from repro_serving.builder.readers import EVIDENCE_LIMIT, NoSuchFile, parse_json, read_bytes
 from repro_serving.builder.render import (
@@ -32,9 +32,7 @@ from repro_serving.builder.render import (
     table,
     write_report,
 )
-from repro_serving.launch.evidence import MetricsDelta, Teacher, Verdict
 from repro_serving.launch.run import Event, RunPlan, RunRecord, capture_teacher, run_profile
-from repro_serving.launch.rundir import TEACHER_FILE, RunStatus, atomic_write, json_bytes
 
 
 class RowSummary(Output):
@@ -191,17 +189,7 @@ def read_teacher(path: Path, suite: Suite) -> Teacher:
             found=error.found,
         ) from None
     parse_json(data, where=str(path))  # nesting and numbers bounded before pydantic reads it
-    try:
-        teacher = Teacher.model_validate_json(data)
-    except ValidationError as error:
-        first = error.errors(include_url=False)[0]
-        at = ".".join(str(part) for part in first["loc"]) or "top level"
-        raise BadInput(
-            "invalid teacher",
-            where=f"{path}, {at}",
-            expected="a Teacher JSON document",
-            found=first["msg"],
-        ) from None
+    teacher = Teacher.from_bytes(data, where=str(path))  # the reader of the sealed teacher
     expected = [prompt.id for prompt in suite.prompts]
     found = [row.prompt_id for row in teacher.rows]
     if teacher.suite != suite.name or found != expected:

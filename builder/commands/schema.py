@@ -61,7 +61,8 @@ def documents() -> dict[str, str]:
     """Every schema repro ships, as its models produce it: file name -> text. The manifest's
     and the lock's from their models; each command's from the `REPORT` its module declares
     (the union of its documents), or'ed with the error document every command may print."""
-    from repro_serving.builder import commands, lock, manifest
+    from repro_serving.builder import commands
+    from repro_serving.builder.documents import lock, manifest
     from repro_serving.builder.render import ErrorReport
     from repro_serving.builder.schemadoc import schema_document
 

@@ -7,12 +7,12 @@ from pathlib import Path
 
 from repro_serving.builder.claims import ClaimCheck
 from repro_serving.builder.documents import read_sealed
+from repro_serving.builder.documents.lock import EvidenceClass, Lock
 from repro_serving.builder.errors import ReproError
 from repro_serving.builder.handoff.kernelsets import kernel_sets_check
 from repro_serving.builder.handoff.launcher import launcher_check
 from repro_serving.builder.handoff.readme import render_readme
 from repro_serving.builder.handoff.tools import tools_check
-from repro_serving.builder.lock import EvidenceClass, Lock
 from repro_serving.builder.sealing.bundle import README
 
 

@@ -17,14 +17,16 @@ from typing import Final
 
 from repro_serving.builder.claims import ClaimCheck
 from repro_serving.builder.documents import read_sealed
+from repro_serving.builder.documents.lock import EvidenceClass, Lock
 from repro_serving.builder.errors import ReproError
 from repro_serving.builder.handoff.tools import UNREADABLE_ZIP
-from repro_serving.builder.lock import EvidenceClass, Lock
 from repro_serving.builder.readers import KERNEL_SET_LIMIT
 from repro_serving.builder.sealing.bundle import KERNEL_SETS_DIR, TOOLS_DIR, wheel_filename
 
-PACKAGED_KERNELS: Final = "repro_serving/builder/kernels"
-"""Where repro's wheel holds the kernel sets it ships."""
+PACKAGED_KERNELS: Final = ("repro_serving/kernels", "repro_serving/builder/kernels")
+"""Where repro's wheel holds the kernel sets it ships: at the package's top level, and under
+builder/ in the wheels of the releases before they moved there. Every place a wheel has one
+must hold the sealed bytes."""
 
 
 def kernel_sets_check(bundle: Path, lock: Lock, names: Sequence[str]) -> ClaimCheck:
@@ -36,21 +38,22 @@ def kernel_sets_check(bundle: Path, lock: Lock, names: Sequence[str]) -> ClaimCh
         with zipfile.ZipFile(wheel) as archive:
             shipped = set(archive.namelist())
             for name in names:
-                member = f"{PACKAGED_KERNELS}/{name}.toml"
+                members = [f"{place}/{name}.toml" for place in PACKAGED_KERNELS]
+                members = [member for member in members if member in shipped]
                 sealed = read_sealed(
                     bundle / KERNEL_SETS_DIR / f"{name}.toml",
                     what="a kernel set",
                     limit=KERNEL_SET_LIMIT,
                 )
-                if member not in shipped:
+                if not members:
                     own.append(name)
-                    continue
-                info = archive.getinfo(member)
-                if info.file_size > KERNEL_SET_LIMIT or archive.read(member) != sealed:
-                    problems.append(
-                        f"{KERNEL_SETS_DIR}/{name}.toml: expected the bytes of {wheel.name} "
-                        f"member {member}, found other bytes"
-                    )
+                for member in members:
+                    info = archive.getinfo(member)
+                    if info.file_size > KERNEL_SET_LIMIT or archive.read(member) != sealed:
+                        problems.append(
+                            f"{KERNEL_SETS_DIR}/{name}.toml: expected the bytes of {wheel.name} "
+                            f"member {member}, found other bytes"
+                        )
     except (ReproError, *UNREADABLE_ZIP) as error:
         detail = error.diagnostics() if isinstance(error, ReproError) else repr(error)
         return ClaimCheck(claim, EvidenceClass.SEALED, "unreadable", False, detail[:600])

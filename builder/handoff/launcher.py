@@ -13,9 +13,9 @@ from typing import Final
 
 from repro_serving.builder.claims import ClaimCheck
 from repro_serving.builder.documents import read_sealed
+from repro_serving.builder.documents.lock import EvidenceClass
 from repro_serving.builder.errors import ReproError
 from repro_serving.builder.hashing import sha256_bytes
-from repro_serving.builder.lock import EvidenceClass
 from repro_serving.builder.sealing.bundle import LAUNCH_HELPER, LAUNCHER, TOOLS_DIR
 from repro_serving.builder.sealing.statement import repro_version
 

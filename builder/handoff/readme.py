@@ -12,7 +12,7 @@ import textwrap
 from collections.abc import Sequence
 
 from repro_serving.builder.claims import ClaimCheck
-from repro_serving.builder.lock import Lock
+from repro_serving.builder.documents.lock import Lock
 from repro_serving.builder.sealing.bundle import LAUNCHER, TOOLS_DIR
 
 CONTENT_CLAIM = "content = "

@@ -32,7 +32,7 @@ what was found:
   one, so it is refused (fail closed), naming the line, what this repro requires instead and
   the repro to verify with: `verify with repro <its version>`;
 - its version names its files: `<release>+g<12 hex>`, the digest of the files under
-  repro_serving/ (`builder.observe.release`); an unlabelled version (a bundle sealed before
+  repro_serving/ (`builder.own.release`); an unlabelled version (a bundle sealed before
   the label) names no source and is refused. Where the repro that verifies has that very
   version, the wheel must hold the files it would pack itself, byte for byte: the first member
   that differs is named. A checkout knows its package's files, not the dist-info setuptools
@@ -95,12 +95,13 @@ from packaging.version import InvalidVersion, Version
 from repro_serving import WHEEL_NAME
 from repro_serving.builder.claims import ClaimCheck
 from repro_serving.builder.documents import read_sealed
+from repro_serving.builder.documents.lock import EvidenceClass, Lock
+from repro_serving.builder.documents.python import normalize
+from repro_serving.builder.documents.tools import Pin, ToolRequirements
 from repro_serving.builder.errors import ReproError
-from repro_serving.builder.lock import EvidenceClass, Lock
-from repro_serving.builder.observe import release
-from repro_serving.builder.observe.installed import installed_members
-from repro_serving.builder.observe.python import normalize
-from repro_serving.builder.observe.tools import PROJECT, Pin, Stated, ToolRequirements, own_stated
+from repro_serving.builder.own import release
+from repro_serving.builder.own.installed import installed_members
+from repro_serving.builder.own.stated import PROJECT, Stated, own_stated
 from repro_serving.builder.sealing.bundle import (
     REQUIREMENTS_FILE,
     TOOLS_DIR,

@@ -37,7 +37,6 @@ from repro_serving.builder.native.loader import (
     dlopen_closure,
     executable_closure,
 )
-from repro_serving.builder.native.processes import MappedFile, ProcessSnapshot, TreeSnapshot
 from repro_serving.builder.native.procmaps import FileId
 from repro_serving.builder.native.rules import (
     AuditPolicy,
@@ -48,6 +47,7 @@ from repro_serving.builder.native.rules import (
     role_drifts,
     root_drifts,
 )
+from repro_serving.builder.native.snapshot import MappedFile, ProcessSnapshot, TreeSnapshot
 
 
 @dataclass(frozen=True)

@@ -1,4 +1,4 @@
-"""Kernel sets (`builder/kernels/*.toml`, shipped with the package), and the accelerator boundary
+"""Kernel sets (`kernels/*.toml`, shipped with the package), and the accelerator boundary
 they draw.
 
 A platform set (`cuda`, `xpu`, `cpu`) says what a serving process may map that no DT_NEEDED
@@ -36,12 +36,17 @@ from pydantic import (
 )
 
 from repro_serving.builder.documents import validate_document
+from repro_serving.builder.documents.manifest import (
+    PATH_PLACEHOLDERS,
+    LogMarker,
+    expand,
+    placeholders_in,
+)
 from repro_serving.builder.errors import BadInput
-from repro_serving.builder.manifest import PATH_PLACEHOLDERS, LogMarker, expand, placeholders_in
 from repro_serving.builder.native.dispatch import Dispatch
 from repro_serving.builder.readers import KERNEL_SET_LIMIT, NoSuchFile, read_toml
 
-KERNELS_DIR = Path(__file__).resolve().parents[1] / "kernels"
+KERNELS_DIR = Path(__file__).resolve().parents[2] / "kernels"
 """The kernel sets repro ships, as package data: an installed repro finds them too."""
 
 # A Python extension module: a PEP 3149 or stable-ABI file name inside an installation's

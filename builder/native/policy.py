@@ -16,7 +16,7 @@ from pathlib import Path
 
 from rich.progress import Progress, SpinnerColumn, TextColumn
 
-from repro_serving.builder.manifest import Manifest
+from repro_serving.builder.documents.manifest import Manifest
 from repro_serving.builder.native.audit import AuditReport, LoaderInputs, judge
 from repro_serving.builder.native.dispatch import HostCapabilities
 from repro_serving.builder.native.kernels import KERNELS_DIR, KernelSet, dispatches
@@ -26,11 +26,12 @@ from repro_serving.builder.native.loaderhost import (
     host_config,
     read_cache,
 )
-from repro_serving.builder.native.processes import HashMemo, TreeSnapshot, snapshot_tree
+from repro_serving.builder.native.processes import HashMemo, snapshot_tree
 from repro_serving.builder.native.pyenv import Environment, Files, HostFiles, tree_environments
 from repro_serving.builder.native.rules import AuditPolicy
 from repro_serving.builder.native.sealedaudit import manifest_policy
-from repro_serving.builder.observe.python import path_values
+from repro_serving.builder.native.snapshot import TreeSnapshot
+from repro_serving.builder.placeholders import path_values
 
 
 def policy_from_manifest(

@@ -44,7 +44,7 @@ from repro_serving.builder.errors import ReproError
 from repro_serving.builder.readers import ENVIRONMENT_FILE_LIMIT, read_bytes
 
 if TYPE_CHECKING:  # snapshots are only read here: no psutil for parsing pyvenv.cfg
-    from repro_serving.builder.native.processes import ProcessSnapshot, TreeSnapshot
+    from repro_serving.builder.native.snapshot import ProcessSnapshot, TreeSnapshot
 
 VENV_CONFIG: Final = "pyvenv.cfg"
 PACKAGE_DIRS: Final = frozenset({"site-packages", "dist-packages"})

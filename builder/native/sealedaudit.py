@@ -24,9 +24,9 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Final
 
+from repro_serving.builder.documents.audit import AuditDocument, ProcessEvidence
+from repro_serving.builder.documents.manifest import Manifest, expand
 from repro_serving.builder.drift import Drift, DriftKind
-from repro_serving.builder.manifest import Manifest, expand
-from repro_serving.builder.native.auditreport import AuditDocument, ProcessEvidence
 from repro_serving.builder.native.dispatch import HostCapabilities
 from repro_serving.builder.native.kernels import KernelSet, dispatches
 from repro_serving.builder.native.roles import classify_role

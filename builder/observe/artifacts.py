@@ -26,9 +26,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Final
 
+from repro_serving.builder.documents.lock import WheelArtifact
+from repro_serving.builder.documents.python import Distribution, normalize
 from repro_serving.builder.hashing import sha256_file
-from repro_serving.builder.lock import WheelArtifact
-from repro_serving.builder.observe.python import Distribution, normalize, record_entries
+from repro_serving.builder.observe.python import record_entries
 
 DOWNLOAD_TIMEOUT_S: Final = 1800.0
 DOWNLOAD_WORKERS: Final = min(8, os.cpu_count() or 1)

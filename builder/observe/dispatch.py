@@ -13,21 +13,11 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Final
 
-from pydantic import ConfigDict, RootModel
-
 from repro_serving.builder.errors import NotObservable
 from repro_serving.builder.native.dispatch import DispatchKind
 from repro_serving.builder.native.kernels import KernelSet
 
 PROBE_TIMEOUT_S: Final = 120.0
-DISPATCH_FILE: Final = "dispatch.json"
-"""Under evidence/: `Probes`, what the stack reported of each code path it chose."""
-
-
-class Probes(RootModel[dict[str, str]]):
-    """Dispatch name → the variant the stack reported choosing (`probe_code_paths`)."""
-
-    model_config = ConfigDict(frozen=True, strict=True)
 
 
 def probe_code_paths(

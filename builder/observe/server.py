@@ -9,7 +9,7 @@ distributions and the files each one's RECORD owns (`builder.observe.python`), a
 each model directory the server was told to load, hashed.
 
 What the argv says (a vLLM server? which model? which hub cache?) is read by
-`builder.observe.vllmargv`.
+`builder.vllmlog`.
 
 A local model directory's revision is the git tree id of its files (`git write-tree` over them
 as regular files), the id `builder.tinymodel` gives its generated model; a hub cache snapshot's
@@ -29,29 +29,28 @@ from typing import Final, Literal
 
 import psutil
 
+from repro_serving.builder.documents.host import HostFacts
+from repro_serving.builder.documents.manifest import ModelRole, flag_values
+from repro_serving.builder.documents.python import Distribution
 from repro_serving.builder.errors import BadInput, NotObservable
 from repro_serving.builder.hashing import git_blob_sha1_file, sha256_files
-from repro_serving.builder.manifest import ModelRole, flag_values
 from repro_serving.builder.native.kernels import KERNELS_DIR, KernelSet
 from repro_serving.builder.native.loaderhost import host_config
 from repro_serving.builder.native.policy import default_roots, observe_tree
-from repro_serving.builder.native.processes import TreeSnapshot, pid_listening_on
+from repro_serving.builder.native.processes import pid_listening_on
 from repro_serving.builder.native.pyenv import (
     Environment,
     HostFiles,
     resolve_argv0,
     tree_environments,
 )
-from repro_serving.builder.observe.host import HostFacts, observe_host
+from repro_serving.builder.native.snapshot import TreeSnapshot
+from repro_serving.builder.observe.host import observe_host
 from repro_serving.builder.observe.models import listing
-from repro_serving.builder.observe.python import (
-    Distribution,
-    Venv,
-    distributions,
-    record_entries,
-    venv_values,
-)
-from repro_serving.builder.observe.vllmargv import (
+from repro_serving.builder.observe.python import distributions, record_entries
+from repro_serving.builder.placeholders import Venv, venv_values
+from repro_serving.builder.readers import ENVIRONMENT_FILE_LIMIT, read_bytes, read_json
+from repro_serving.builder.vllmlog import (
     EXPECTED_SERVER,
     REPO_ID,
     Entry,
@@ -64,7 +63,6 @@ from repro_serving.builder.observe.vllmargv import (
     parse_environ_block,
     vllm_entry,
 )
-from repro_serving.builder.readers import ENVIRONMENT_FILE_LIMIT, read_bytes, read_json
 
 PROC: Final = Path("/proc")
 _COMMIT: Final = re.compile(r"^[0-9a-f]{40}$")

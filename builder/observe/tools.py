@@ -5,9 +5,9 @@ launcher can install it where repro never was. The wheel is built by `pip wheel 
 copy of the source tree the running repro is imported from (pyproject.toml, the README it names
 and the packages it lists), with SOURCE_DATE_EPOCH fixed, so that the same source gives the same
 bytes. A repro installed from a wheel has no source tree: its installed files, each checked
-against the RECORD pip wrote, are packed again into its wheel (`builder.observe.installed`).
+against the RECORD pip wrote, are packed again into its wheel (`builder.own.installed`).
 Either way the wheel's version is the labelled one of the repro that runs
-(`builder.observe.release`), naming the files it packs.
+(`builder.own.release`), naming the files it packs.
 
 Its dependencies are the closure of the running repro's `Requires-Dist` (each marker evaluated
 for this interpreter, no extra), at the versions installed here, each resolved to its wheel
@@ -23,7 +23,6 @@ installed repro's METADATA. `builder.handoff.tools` holds a bundle's wheel to it
 
 from __future__ import annotations
 
-import glob
 import os
 import re
 import shutil
@@ -40,17 +39,16 @@ from importlib import metadata
 from pathlib import Path
 from typing import Final
 
-from packaging.markers import Marker
 from packaging.requirements import InvalidRequirement, Requirement
-from packaging.utils import canonicalize_name
-from pydantic import BaseModel, ConfigDict
 
 from repro_serving import DISTRIBUTION
+from repro_serving.builder.documents.python import Distribution, normalize
+from repro_serving.builder.documents.tools import Pin, ToolRequirements, pin_key
 from repro_serving.builder.errors import BadInput, NotObservable
 from repro_serving.builder.observe.artifacts import resolve_artifacts
-from repro_serving.builder.observe.installed import pack_installed
-from repro_serving.builder.observe.python import Distribution, distributions, normalize
-from repro_serving.builder.observe.release import (
+from repro_serving.builder.observe.python import distributions
+from repro_serving.builder.own.installed import pack_installed
+from repro_serving.builder.own.release import (
     files_digest,
     is_package_member,
     labelled,
@@ -64,99 +62,6 @@ WHEEL_TIMEOUT_S: Final = 600.0
 SOURCE_DATE_EPOCH: Final = "315532800"
 """1980-01-01, the earliest time a zip entry can hold: every wheel entry is stamped with it."""
 _IGNORED = shutil.ignore_patterns("__pycache__", "*.pyc", "*.egg-info")
-
-
-class _Frozen(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid")
-
-
-class Pin(_Frozen):
-    name: str
-    version: str
-    sha256: str
-
-
-_HEADER = (
-    "# The runtime dependencies of repro {repro}, each pinned by version and sha256, for pip's\n"
-    "# hash-checking mode: pip install --require-hashes --no-deps -r requirements.txt\n"
-    "# python: {python}\n"
-    "# platform: {platform}\n"
-)
-_HEADER_LINE = re.compile(
-    r"# The runtime dependencies of repro (?P<repro>\S+), each pinned by version and sha256, "
-    r"for pip's"
-)
-_FIELD = re.compile(r"# (?P<key>python|platform): (?P<value>[A-Za-z0-9._-]+)")
-_PIN = re.compile(
-    r"(?P<name>[A-Za-z0-9][A-Za-z0-9._-]*)==(?P<version>[A-Za-z0-9.+!_-]+)"
-    r" --hash=sha256:(?P<sha256>[0-9a-f]{64})"
-)
-
-
-class ToolRequirements(_Frozen):
-    """`tools/requirements.txt`: repro's runtime dependencies for one interpreter release series
-    (`3.11`) and platform (`linux-x86_64`, as `sysconfig.get_platform()` says), sorted by name."""
-
-    repro: str
-    python: str
-    platform: str
-    pins: tuple[Pin, ...]
-
-    def to_bytes(self) -> bytes:
-        header = _HEADER.format(repro=self.repro, python=self.python, platform=self.platform)
-        lines = [f"{p.name}=={p.version} --hash=sha256:{p.sha256}\n" for p in self.pins]
-        return (header + "".join(lines)).encode("utf-8")
-
-    @classmethod
-    def from_bytes(cls, data: bytes, *, where: str) -> ToolRequirements:
-        """The file in exactly the form `to_bytes` writes, else `BadInput` naming the line."""
-        try:
-            lines = data.decode("utf-8").split("\n")
-        except UnicodeDecodeError as error:
-            raise BadInput(f"{REQUIREMENTS_FILE} is not UTF-8", where=where) from error
-        head = _HEADER_LINE.fullmatch(lines[0])
-        fields = [_FIELD.fullmatch(line) for line in lines[2:4]]
-        if head is None or None in fields or lines[-1] != "":
-            raise BadInput(
-                f"{REQUIREMENTS_FILE} does not begin as repro writes it",
-                where=where,
-                expected="the header naming repro's version, python and platform",
-            )
-        values = {m["key"]: m["value"] for m in fields if m is not None}
-        pins = []
-        for number, line in enumerate(lines[4:-1], start=5):
-            match = _PIN.fullmatch(line)
-            if match is None:
-                raise BadInput(
-                    f"a line of {REQUIREMENTS_FILE} is not a pin",
-                    where=f"{where}:{number}",
-                    expected="<name>==<version> --hash=sha256:<64 lowercase hex>",
-                    found=repr(line[:200]),
-                )
-            pins.append(Pin(name=match["name"], version=match["version"], sha256=match["sha256"]))
-        found = cls(
-            repro=head["repro"],
-            python=values.get("python", ""),
-            platform=values.get("platform", ""),
-            pins=tuple(pins),
-        )
-        if found.to_bytes() != data or sorted(pins, key=_pin_key) != pins:
-            raise BadInput(
-                f"{REQUIREMENTS_FILE} is not in the one form repro writes",
-                where=where,
-                expected="its header, then one pin per distribution sorted by normalised name",
-            )
-        if len({normalize(p.name) for p in pins}) != len(pins):
-            raise BadInput(f"{REQUIREMENTS_FILE} pins a distribution twice", where=where)
-        return found
-
-    def pinned(self) -> dict[str, Pin]:
-        """Normalised name → pin."""
-        return {normalize(p.name): p for p in self.pins}
-
-
-def _pin_key(pin: Pin) -> str:
-    return normalize(pin.name)
 
 
 def this_interpreter() -> tuple[str, str]:
@@ -192,7 +97,7 @@ def build_tools(directory: Path) -> ReproTools:
 
 def build_wheel(source: Path, out: Path, version: str) -> Path:
     """`pip wheel --no-deps` of a copy of `source`'s packaging files, deterministic, as the
-    wheel of `version`: the labelled version of those files (`builder.observe.release`), which
+    wheel of `version`: the labelled version of those files (`builder.own.release`), which
     the copy of pyproject.toml states instead of the release alone."""
     staging = out / "source"
     shutil.rmtree(out, ignore_errors=True)
@@ -295,84 +200,6 @@ def wheel_requires(wheel: Path) -> tuple[str, ...]:
     return tuple(headers.get_all("Requires-Dist") or ())
 
 
-@dataclass(frozen=True)
-class Stated:
-    """What the repro that runs states of itself in its wheel's METADATA besides its name and
-    version: what it requires to run and the license files it carries."""
-
-    requires_dist: tuple[str, ...]
-    """Its `Requires-Dist` lines, extras' included, as its wheel writes them."""
-    requires_python: str | None
-    license_files: tuple[str, ...]
-    """The files under its dist-info's licenses/, by their path there."""
-
-
-def own_stated() -> Stated:
-    """What the repro that runs requires, from the one place that owns it: a checkout's
-    pyproject.toml (as setuptools writes it into the wheel `build_wheel` makes of it), an
-    installed repro's METADATA (which the wheel `pack_installed` makes of it holds)."""
-    root = source_tree()
-    if root is not None:
-        return _stated_by_pyproject(root)
-    try:
-        headers = metadata.distribution(PROJECT).metadata
-    except metadata.PackageNotFoundError as error:
-        raise NotObservable(
-            f"{PROJECT} is neither a checkout nor installed: what it requires is unknown",
-            found=str(error),
-        ) from error
-    python = headers.get_all("Requires-Python") or []
-    requires = tuple(map(str, headers.get_all("Requires-Dist") or ()))
-    try:
-        for text in requires:
-            Requirement(text)
-    except InvalidRequirement as error:
-        raise BadInput(
-            f"the installed {PROJECT} states a malformed requirement", found=str(error)
-        ) from error
-    return Stated(
-        requires_dist=requires,
-        requires_python=str(python[0]) if python else None,
-        license_files=tuple(map(str, headers.get_all("License-File") or ())),
-    )
-
-
-def _stated_by_pyproject(root: Path) -> Stated:
-    """pyproject.toml's requirements as setuptools writes them: each of `dependencies` as it
-    reads, each of `optional-dependencies` with `extra == "<name>"` joined to its marker."""
-    project = tomllib.loads((root / "pyproject.toml").read_text("utf-8")).get("project", {})
-    try:
-        requires = [str(Requirement(text)) for text in project.get("dependencies", [])]
-        for extra, texts in project.get("optional-dependencies", {}).items():
-            requires += [str(_of_extra(Requirement(text), extra)) for text in texts]
-    except InvalidRequirement as error:
-        raise BadInput(
-            "pyproject.toml states a malformed requirement", where=str(root), found=str(error)
-        ) from error
-    python = project.get("requires-python")
-    licenses = sorted(
-        {
-            Path(found).as_posix()
-            for pattern in project.get("license-files", [])
-            for found in glob.glob(pattern, root_dir=root, recursive=True)  # noqa: PTH207
-            if (root / found).is_file()
-        }
-    )
-    return Stated(
-        requires_dist=tuple(requires),
-        requires_python=None if python is None else str(python),
-        license_files=tuple(licenses),
-    )
-
-
-def _of_extra(requirement: Requirement, extra: str) -> Requirement:
-    """A requirement of `extra`, its marker written as setuptools writes it."""
-    parts = [f"({requirement.marker})"] if requirement.marker else []
-    parts.append(f"extra == {canonicalize_name(extra)!r}")
-    requirement.marker = Marker(" and ".join(parts))
-    return requirement
-
-
 def pinned_dependencies(requires: Sequence[str]) -> tuple[Pin, ...]:
     """Every distribution `requires` needs to run here, pinned to the wheel it was installed
     from."""
@@ -393,7 +220,7 @@ def pinned_dependencies(requires: Sequence[str]) -> tuple[Pin, ...]:
         pins += [
             Pin(name=a.name, version=a.version, sha256=a.sha256) for a in facts.artifacts.values()
         ]
-    return tuple(sorted(pins, key=_pin_key))
+    return tuple(sorted(pins, key=pin_key))
 
 
 def dependency_closure(requires: Sequence[str]) -> dict[str, Path]:

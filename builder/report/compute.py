@@ -9,13 +9,14 @@ evidence by the functions the gates and `repro verify` use (`launch.throughput.m
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Sequence
 
+from repro_serving.builder.documents import evidence
+from repro_serving.builder.documents.audit import ProcessEvidence
+from repro_serving.builder.documents.evidence import MetricsDelta, OracleRow, Teacher
+from repro_serving.builder.documents.lock import DispatchClaim, Lock
+from repro_serving.builder.documents.manifest import Gates, SpecDecodeGate, ThroughputGate
 from repro_serving.builder.drift import Drift
-from repro_serving.builder.lock import DispatchClaim, Lock
-from repro_serving.builder.manifest import Gates, SpecDecodeGate, ThroughputGate
-from repro_serving.builder.native.auditreport import ProcessEvidence
 from repro_serving.builder.report import headline
 from repro_serving.builder.report.differences import (
     ABSENT,
@@ -45,15 +46,13 @@ from repro_serving.builder.report.model import (
     Verdict,
 )
 from repro_serving.builder.verify import VerifyReport
-from repro_serving.launch import evidence
-from repro_serving.launch.evidence import MetricsDelta, OracleRow, Teacher
-from repro_serving.launch.gates import SURVIVAL_RATIO_MAX, first_difference
+from repro_serving.launch.gates import SURVIVAL_RATIO_MAX, first_difference, kind_of
+from repro_serving.launch.gatetext import NONE, Shown
 from repro_serving.launch.latency import latency
 from repro_serving.launch.throughput import UnmeasurableRow, measure, row_rate
 
 FAILURE_LINE = 300
 """Characters of one failure line: a claim's detail can hold a whole listing."""
-NONE = "—"
 
 
 # --- the verdict --------------------------------------------------------------------------------
@@ -105,31 +104,25 @@ def _clip(text: str) -> str:
 # --- the gates ----------------------------------------------------------------------------------
 
 
-@dataclass(frozen=True)
-class _Shown:
-    measured: str
-    bound: str
-
-
-Details = Mapping[str, object]
-
-
 def gate_lines(verdicts: Sequence[evidence.Verdict], gates: Gates) -> tuple[GateLine, ...]:
     """Each recomputed verdict with what it measured and the bound the manifest sets."""
     return tuple(gate_line(v, gates) for v in verdicts)
 
 
 def gate_line(verdict: evidence.Verdict, gates: Gates) -> GateLine:
+    """What `verdict` measured against which bound, as its kind of gate describes it
+    (`launch.gates.GATES`)."""
     status = GateStatus(verdict.status.value)
-    kind, _, name = verdict.gate.partition(":")
+    name = verdict.gate.partition(":")[2]
+    kind = kind_of(verdict.gate)
     if status is GateStatus.NOT_APPLICABLE:
-        shown = _Shown(NONE, NONE)
+        shown = Shown(NONE, NONE)
     elif "missing" in verdict.details:
-        shown = _Shown(f"no {verdict.details['missing']}", _BOUNDS.get(kind, NONE))
-    elif kind in _MEASURES:
-        shown = _MEASURES[kind](verdict.details, gates, name)
+        shown = Shown(f"no {verdict.details['missing']}", NONE if kind is None else kind.bound)
+    elif kind is not None and kind.shown is not None:
+        shown = kind.shown(verdict.details, gates, name)
     else:
-        shown = _Shown(verdict.summary, NONE)
+        shown = Shown(verdict.summary, NONE)
     return GateLine(
         gate=verdict.gate,
         status=status,
@@ -137,170 +130,6 @@ def gate_line(verdict: evidence.Verdict, gates: Gates) -> GateLine:
         bound=shown.bound,
         summary=verdict.summary,
     )
-
-
-def _number(details: Details, key: str) -> float | None:
-    value = details.get(key)
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        return None
-    return float(value)
-
-
-def _mapping(details: Details, key: str) -> Mapping[str, object]:
-    value = details.get(key)
-    return value if isinstance(value, dict) else {}
-
-
-def _count(value: float | None) -> str:
-    return "not reported" if value is None else f"{value:g}"
-
-
-def _equal_rows(details: Details, gates: Gates, name: str) -> _Shown:
-    firsts = _mapping(details, "first_difference")
-    equal = sum(index is None for index in firsts.values())
-    return _Shown(f"{equal}/{len(firsts)} rows equal", "every row, every token id")
-
-
-def _text_rows(details: Details, gates: Gates, name: str) -> _Shown:
-    run, teacher = _mapping(details, "run"), _mapping(details, "teacher")
-    equal = sum(run.get(prompt) == digest for prompt, digest in teacher.items())
-    return _Shown(f"{equal}/{len(teacher)} rows equal", "every row's text sha256")
-
-
-def _cached(details: Details, gates: Gates, name: str) -> _Shown:
-    cached = _mapping(details, "cached")
-    zero = sum(value == 0 for value in cached.values())
-    measured = f"0 on {zero}/{len(cached)} rows"
-    numbers = [v for v in cached.values() if isinstance(v, int) and v != 0]
-    if numbers:
-        measured += f", up to {max(numbers)} cached"
-    return _Shown(measured, "0 on every row")
-
-
-def _hits(details: Details, gates: Gates, name: str) -> _Shown:
-    return _Shown(f"{_count(_number(details, 'hits'))} hits", "0 hits during the suite")
-
-
-def _marker(details: Details, gates: Gates, name: str) -> _Shown:
-    return _Shown(_counts(details.get("found")), "exactly " + _counts(details.get("expected")))
-
-
-def _counts(value: object) -> str:
-    if isinstance(value, dict):
-        return ", ".join(f"{rank} {count}" for rank, count in value.items()) or "none"
-    return str(value)
-
-
-def _forbidden(details: Details, gates: Gates, name: str) -> _Shown:
-    matches = _mapping(details, "matches")
-    lines = sum(v for v in matches.values() if isinstance(v, int))
-    bound = f"no line matches any of {len(gates.forbidden_log_patterns)} patterns"
-    return _Shown(f"{lines} matching lines", bound)
-
-
-def _spec_decode(details: Details, gates: Gates, name: str) -> _Shown:
-    accepted, draft = _number(details, "accepted"), _number(details, "draft_tokens")
-    measured = f"accepted {_count(accepted)}/{_count(draft)}"
-    if accepted is not None and draft:
-        measured += f" = {accepted / draft:.4f}"
-    curve = details.get("accepted_per_position")
-    ratio_max = _number(details, "survival_ratio_max")
-    gate = gates.spec_decode
-    bound = NONE if gate is None else f"[{gate.acceptance_min}, {gate.acceptance_max}]"
-    if isinstance(curve, list) and len(curve) >= 2 and curve[0]:
-        measured += f"; last/first {curve[-1] / curve[0]:.4f} over {len(curve)} positions"
-    if gate is not None and gate.survival_must_decay and ratio_max is not None:
-        bound += f"; decaying, last/first <= {ratio_max:g}"
-    if gate is not None and gate.positions is not None:
-        bound += f"; {gate.positions} positions"
-    return _Shown(measured, bound)
-
-
-def _throughput(details: Details, gates: Gates, name: str) -> _Shown:
-    median, tokens = _number(details, "conventional_median"), _number(details, "tokens")
-    floor, floor_rate = _number(details, "floor"), _number(details, "floor_rate")
-    sealed = _number(details, "sealed_conventional")
-    if median is None or tokens is None or floor_rate is None:
-        return _Shown(NONE, NONE)
-    bound = f">= {floor_rate:.2f} tok/s"
-    if floor is not None and sealed is not None:
-        bound += f" ({floor:g} of {sealed:.2f})"
-    return _Shown(f"{median:.2f} tok/s over {tokens:g} tokens", bound)
-
-
-def _fresh_start(details: Details, gates: Gates, name: str) -> _Shown:
-    shown = _equal_rows(details, gates, name)
-    start = _number(details, "start")
-    prefix = "" if start is None else f"start {start:g}: "
-    return _Shown(prefix + shown.measured, "start 1's token ids, every row")
-
-
-def _fresh_rate(details: Details, gates: Gates, name: str) -> _Shown:
-    found, first = _number(details, "conventional"), _number(details, "first_conventional")
-    deviation = _number(details, "deviation")
-    tolerance = _number(details, "relative_tolerance")
-    if found is None or first is None or deviation is None or tolerance is None:
-        return _Shown(NONE, NONE)
-    measured = f"{found:.2f} vs {first:.2f} tok/s, deviation {deviation:.4f}"
-    return _Shown(measured, f"deviation <= {tolerance:g}")
-
-
-def _metrics_info(details: Details, gates: Gates, name: str) -> _Shown:
-    declared = next((g for g in gates.metrics_info if g.family == name), None)
-    bound = NONE if declared is None else ", ".join(f"{k}={v}" for k, v in declared.labels.items())
-    labels = _mapping(details, "labels")
-    measured = ", ".join(f"{k}={v}" for k, v in labels.items()) if labels else "other labels"
-    return _Shown(measured, bound)
-
-
-def _audit(details: Details, gates: Gates, name: str) -> _Shown:
-    drifts = details.get("drifts")
-    count = len(drifts) if isinstance(drifts, list) else 0
-    return _Shown(f"{count} drifts", "0 drifts: every mapping explained")
-
-
-def _stall(details: Details, gates: Gates, name: str) -> _Shown:
-    found = details.get("stalls")
-    count = len(found) if isinstance(found, list) else 0
-    bound = NONE if gates.stall is None else f"no gap > {gates.stall.factor:g} x median ITL"
-    return _Shown(f"{count} stall(s)", bound)
-
-
-def _latency(details: Details, gates: Gates, name: str) -> _Shown:
-    measured = _mapping(details, "measured")
-    first = measured.get("start-1") if measured else None
-    itl = first.get("itl") if isinstance(first, dict) else None
-    p99 = itl.get("p99_s") if isinstance(itl, dict) else None
-    shown = NONE if not isinstance(p99, (int, float)) else f"start 1 ITL p99 {p99 * 1e3:.1f} ms"
-    return _Shown(shown, "the declared bounds")
-
-
-_MEASURES: dict[str, Callable[[Details, Gates, str], _Shown]] = {
-    "exact_token_ids": _equal_rows,
-    "text_sha256": _text_rows,
-    "cached_tokens_zero": _cached,
-    "prefix_cache_hit_delta_zero": _hits,
-    "log_marker": _marker,
-    "kernel_marker": _marker,
-    "forbidden_log_patterns": _forbidden,
-    "spec_decode": _spec_decode,
-    "throughput": _throughput,
-    "fresh_starts": _fresh_start,
-    "fresh_start_throughput": _fresh_rate,
-    "metrics_info": _metrics_info,
-    "live_audit": _audit,
-    "stall": _stall,
-    "latency": _latency,
-}
-_BOUNDS: dict[str, str] = {
-    "exact_token_ids": "every row, every token id",
-    "text_sha256": "every row's text sha256",
-    "cached_tokens_zero": "0 on every row",
-    "prefix_cache_hit_delta_zero": "0 hits during the suite",
-    "spec_decode": "the declared acceptance bounds",
-    "throughput": "the floor",
-    "fresh_starts": "start 1's token ids, every row",
-}
 
 
 # --- latency -------------------------------------------------------------------------------------

@@ -15,7 +15,7 @@ import re
 from collections.abc import Iterable, Iterator
 from typing import Any, Final
 
-from repro_serving.builder.lock import Lock
+from repro_serving.builder.documents.lock import Lock
 from repro_serving.builder.report.model import SectionCount
 
 SECTIONS: Final = (

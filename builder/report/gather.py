@@ -18,9 +18,12 @@ from typing import TypeVar
 from repro_serving.builder import imported
 from repro_serving.builder.claims import dispatch_claims, roles_claim
 from repro_serving.builder.documents import read_document, read_sealed
+from repro_serving.builder.documents.evidence import MetricsDelta, OracleRow, Rows, Teacher
+from repro_serving.builder.documents.evidence import Verdict as GateVerdict
+from repro_serving.builder.documents.lock import Lock
+from repro_serving.builder.documents.probes import DISPATCH_FILE, Probes
+from repro_serving.builder.documents.rundir import METRICS_AFTER, METRICS_BEFORE, ROWS_FILE
 from repro_serving.builder.errors import ReproError
-from repro_serving.builder.lock import Lock
-from repro_serving.builder.observe.dispatch import DISPATCH_FILE, Probes
 from repro_serving.builder.report import compute
 from repro_serving.builder.report.differences import compare, flatten
 from repro_serving.builder.report.model import (
@@ -37,11 +40,8 @@ from repro_serving.builder.report.model import (
 from repro_serving.builder.sealing import bundle
 from repro_serving.builder.sealing.keys import TrustedKeys
 from repro_serving.builder.sealing.statement import Statement
-from repro_serving.builder.verify import OpenedBundle, recompute_verdicts, verify
+from repro_serving.builder.verify import JudgedBundle, recompute_verdicts, verify
 from repro_serving.launch import metrics
-from repro_serving.launch.evidence import MetricsDelta, OracleRow, Rows, Teacher
-from repro_serving.launch.evidence import Verdict as GateVerdict
-from repro_serving.launch.rundir import METRICS_AFTER, METRICS_BEFORE, ROWS_FILE
 
 _T = TypeVar("_T")
 
@@ -50,7 +50,7 @@ _T = TypeVar("_T")
 class _Sealed:
     """What a report reads of one intact bundle or sealed run, in the run's own models."""
 
-    opened: OpenedBundle
+    opened: JudgedBundle
     kind: SubjectKind
     starts: tuple[compute.Stream, ...]
     """Each fresh start's rows (an imported record: its one run)."""
@@ -135,7 +135,7 @@ def _subject(path: Path, sealed: _Sealed) -> Subject:
 
 
 def _read(path: Path) -> _Sealed:
-    opened = OpenedBundle.read(path)
+    opened = JudgedBundle.read(path)
     if opened.lock.record is not None:
         return _read_imported(opened)
     data = read_sealed(path / bundle.STATEMENT, what="the statement")
@@ -146,8 +146,8 @@ def _read(path: Path) -> _Sealed:
     starts = tuple(
         (f"start {n}", _rows(opened, n)) for n in range(1, manifest.oracle.gates.fresh_starts + 1)
     )
-    before = opened.evidence(f"start-1/{METRICS_BEFORE}")
-    after = opened.evidence(f"start-1/{METRICS_AFTER}")
+    before = opened.start_file(1, METRICS_BEFORE)
+    after = opened.start_file(1, METRICS_AFTER)
     delta = None
     if before.is_file() and after.is_file():
         delta = metrics.delta(
@@ -164,7 +164,7 @@ def _read(path: Path) -> _Sealed:
     )
 
 
-def _read_imported(opened: OpenedBundle) -> _Sealed:
+def _read_imported(opened: JudgedBundle) -> _Sealed:
     manifest = opened.manifest
     assert manifest.evidence is not None  # a lock with a record is sealed from [evidence]
     files = imported.ImportedFiles.in_bundle(opened.path, manifest.evidence)
@@ -180,8 +180,8 @@ def _read_imported(opened: OpenedBundle) -> _Sealed:
     )
 
 
-def _rows(opened: OpenedBundle, start: int) -> tuple[OracleRow, ...]:
-    path = opened.evidence(f"start-{start}/{ROWS_FILE}")
+def _rows(opened: JudgedBundle, start: int) -> tuple[OracleRow, ...]:
+    path = opened.start_file(start, ROWS_FILE)
     return read_document(Rows, path, what="the sealed rows").root
 
 

@@ -23,7 +23,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Final
 
-from repro_serving.builder.lock import Lock
+from repro_serving.builder.documents.lock import Lock
 
 Value = float | int | str | None
 

@@ -30,11 +30,12 @@ from pathlib import Path
 from typing import Final
 
 from repro_serving.builder import tinymodel
+from repro_serving.builder.documents.manifest import Model
+from repro_serving.builder.documents.models import compare
 from repro_serving.builder.drift import Drift, DriftKind
 from repro_serving.builder.errors import ReproError
 from repro_serving.builder.hashing import git_blob_sha1_file
-from repro_serving.builder.manifest import Model
-from repro_serving.builder.observe.models import compare, observe_model
+from repro_serving.builder.observe.models import observe_model
 from repro_serving.builder.restore.step import (
     Action,
     Progress,

@@ -26,22 +26,15 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Final
 
+from repro_serving.builder.documents.lock import PythonClaim, WheelArtifact
+from repro_serving.builder.documents.manifest import Python
+from repro_serving.builder.documents.python import PythonFacts, compare, normalize, version_matches
 from repro_serving.builder.drift import Drift, DriftKind
 from repro_serving.builder.errors import ReproError
 from repro_serving.builder.hashing import sha256_bytes, sha256_file
-from repro_serving.builder.lock import PythonClaim, WheelArtifact
-from repro_serving.builder.manifest import Python
 from repro_serving.builder.observe.artifacts import download, pip_command, requirement_lines
-from repro_serving.builder.observe.python import (
-    PythonFacts,
-    Venv,
-    compare,
-    interpreter_version,
-    normalize,
-    observe_python,
-    venv_values,
-    version_matches,
-)
+from repro_serving.builder.observe.python import interpreter_version, observe_python
+from repro_serving.builder.placeholders import Venv, venv_values
 from repro_serving.builder.restore.step import Action, Progress, StepResult, no_progress
 from repro_serving.builder.sealing.atomic import move_into_place
 

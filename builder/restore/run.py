@@ -12,12 +12,13 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
+from repro_serving.builder.documents.bundle import OpenedBundle
 from repro_serving.builder.restore.models import restore_model
 from repro_serving.builder.restore.python import restore_python
 from repro_serving.builder.restore.sources import restore_source
 from repro_serving.builder.restore.step import Action, Progress, StepResult, no_progress
 from repro_serving.builder.sealing.keys import TrustedKeys
-from repro_serving.builder.verify import NotVerified, OpenedBundle, VerifyReport, verify
+from repro_serving.builder.verify import NotVerified, VerifyReport, verify
 
 
 class RestoreRefused(NotVerified):

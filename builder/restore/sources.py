@@ -26,11 +26,12 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Final
 
+from repro_serving.builder.documents.manifest import Source
+from repro_serving.builder.documents.sources import compare
 from repro_serving.builder.drift import Drift, DriftKind
 from repro_serving.builder.errors import ReproError
 from repro_serving.builder.hashing import sha256_bytes
-from repro_serving.builder.manifest import Source
-from repro_serving.builder.observe.sources import compare, observe_source
+from repro_serving.builder.observe.sources import observe_source
 from repro_serving.builder.restore.step import (
     Action,
     Progress,

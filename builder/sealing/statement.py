@@ -60,9 +60,9 @@ from pydantic import AfterValidator, BaseModel, ConfigDict, Field, field_validat
 from repro_serving import DISTRIBUTION
 from repro_serving.builder.canonical import canonical_json
 from repro_serving.builder.documents import validate_document
+from repro_serving.builder.documents.lock import Lock
 from repro_serving.builder.errors import BadInput
-from repro_serving.builder.lock import Lock
-from repro_serving.builder.observe import release
+from repro_serving.builder.own import release
 from repro_serving.builder.readers import parse_json
 from repro_serving.builder.sealing.bundle import (
     KERNEL_SETS_DIR,

@@ -25,7 +25,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Final
 
-from repro_serving.builder.manifest import ModelRole, flag_values
+from repro_serving.builder.documents.manifest import ModelRole, flag_values
 
 API_SERVER_MODULE: Final = "vllm.entrypoints.openai.api_server"
 CLI_MODULE: Final = "vllm.entrypoints.cli.main"

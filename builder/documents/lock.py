@@ -28,8 +28,8 @@ from pydantic.json_schema import SkipJsonSchema
 
 from repro_serving.builder.canonical import canonical_json, parse_canonical
 from repro_serving.builder.documents import validate_document
+from repro_serving.builder.documents.manifest import Host
 from repro_serving.builder.errors import BadInput
-from repro_serving.builder.manifest import Host
 from repro_serving.builder.schemadoc import schema_document as _schema_document
 
 LOCK_SCHEMA: Final = "repro.lock/v1"

@@ -10,7 +10,7 @@ bytecode and pip's own records (INSTALLER, REQUESTED, direct_url.json, RECORD) l
 RECORD written anew. Entries are sorted and stamped 1980-01-01, so the same installed files
 always give the same bytes. The wheel installs the same files as the one pip installed; its
 bytes need not be that wheel's. Its version is the labelled one of the repro that runs
-(`builder.observe.release`): a repro pip built from its source without the label has its
+(`builder.own.release`): a repro pip built from its source without the label has its
 dist-info folder and METADATA's Version written for it.
 """
 
@@ -86,7 +86,7 @@ def installed_members(distribution: str, version: str) -> list[tuple[str, bytes]
     """(name, bytes) of every member but RECORD of `distribution`'s wheel of `version`, packed
     again from its installed files, sorted by name: each file RECORD names read once and checked
     against its row. A repro pip built from its source is installed under its release alone,
-    which names no source (`builder.observe.release`): its dist-info folder and the Version of
+    which names no source (`builder.own.release`): its dist-info folder and the Version of
     its METADATA are then written for `version`, what its files are."""
     try:
         installed = metadata.distribution(distribution)

@@ -8,7 +8,7 @@ from pydantic import BaseModel, ConfigDict
 
 from repro_serving.builder.canonical import canonical_json
 from repro_serving.builder.documents import parse_document
-from repro_serving.builder.observe.host import HostFacts
+from repro_serving.builder.documents.host import HostFacts
 
 
 class NodeFacts(BaseModel):

@@ -40,8 +40,8 @@ from enum import StrEnum
 from pathlib import Path
 from typing import Any, Final
 
+from repro_serving.builder.documents.evidence import OracleRow
 from repro_serving.builder.errors import BadInput
-from repro_serving.launch.evidence import OracleRow
 
 STATUS_FILE: Final = "status.json"
 RUN_FILE: Final = "run.json"
@@ -61,7 +61,7 @@ NODES_FILE: Final = "nodes.json"
 
 REPLAY_FILE: Final = "replay.json"
 """A replay's own record (`repro launch`): the bundle it replayed and what differed from it
-where the manifest allows (`launch.evidence.ReplayDocument`)."""
+where the manifest allows (`builder.documents.evidence.ReplayDocument`)."""
 RUN_EVIDENCE: Final = (RUN_FILE, VERDICTS_FILE, QUALITY_FILE)
 """What of a run directory's top level is evidence: never `summary.json`, a report derived
 from the rest for people, which a bundle would seal for nothing to check."""
@@ -75,6 +75,13 @@ HOME and TMPDIR."""
 RANK_EVIDENCE: Final = (LOG_FILE, TEARDOWN_FILE)
 """What of a rank's directory (rank 1.. of a stack served across nodes) is evidence, beside
 its audit/."""
+
+
+def start_name(start: int, rank: int = 0) -> str:
+    """The directory of start `start` (and of rank `rank`'s evidence of it, for a stack served
+    across nodes) relative to its run: `start-2`, `start-2/rank-1`. The one place both are
+    spelled, for a run directory and a bundle's evidence/ alike."""
+    return f"start-{start}" + (f"/rank-{rank}" if rank else "")
 
 
 def rank_dir(start_dir: Path, rank: int) -> Path:
@@ -92,11 +99,11 @@ def evidence_names(
     if ranks:
         names.add(NODES_FILE)
     for number in range(1, starts + 1):
-        start = f"start-{number}"
+        start = start_name(number)
         names |= {f"{start}/{name}" for name in START_EVIDENCE}
         names |= _audit_names(start, roles)
         for rank, rank_roles in (ranks or {}).items():
-            at = f"{start}/rank-{rank}"
+            at = start_name(number, rank)
             names |= {f"{at}/{name}" for name in RANK_EVIDENCE} | _audit_names(at, rank_roles)
     return names
 
@@ -153,8 +160,8 @@ class RunDirectory:
         directory.write_status(RunStatus.RUNNING)
         return directory
 
-    def start_dir(self, start: int) -> Path:
-        return self.root / f"start-{start}"
+    def start_dir(self, start: int, rank: int = 0) -> Path:
+        return self.root / start_name(start, rank)
 
     def write_json(self, relative: str | Path, document: Any) -> Path:
         path = self.root / relative
@@ -171,7 +178,7 @@ class RunDirectory:
 
     def write_rows(self, start: int, rows: Sequence[OracleRow]) -> Path:
         return self.write_json(
-            Path(f"start-{start}") / ROWS_FILE, [row.model_dump(mode="json") for row in rows]
+            Path(start_name(start)) / ROWS_FILE, [row.model_dump(mode="json") for row in rows]
         )
 
     def write_status(

@@ -1,6 +1,6 @@
 """The manifest `repro.manifest/v1`: its typed, frozen models and the one way to read it.
 
-A manifest declares what must hold for a serving record (DESIGN.md, "Manifest"), never how a
+A manifest declares what must hold for a serving record, never how a
 host happens to look. This module owns the models of every section, the oracle suite file the
 manifest names, the placeholders of launch argv and native roots, and the translation of every
 way such a file can be malformed into one `BadInput` that names the file, the key path, what was
@@ -18,6 +18,8 @@ import difflib
 import inspect
 import itertools
 import json
+import os
+import posixpath
 import re
 import string
 from collections.abc import Iterable, Mapping, Sequence
@@ -216,6 +218,29 @@ def expand(template: str, values: Mapping[str, str]) -> str:
         literal + ("" if name is None else values[name])
         for literal, name, _spec, _conversion in string.Formatter().parse(template)
     )
+
+
+def placeholder_path(path: Path | str, values: Mapping[str, str]) -> str:
+    """`path` as a template over `values`: the longest value that is `path` or one of its parent
+    directories becomes its `{name}`; a path under none stays absolute. Braces of the path itself
+    are doubled, so that `expand(placeholder_path(p, values), values)` gives `p` back, normalised.
+    Ties between values of equal length go to the first name in sorted order."""
+    normal = posixpath.abspath(path)  # `_normal` as a string: absolute, `..` gone, symlinks kept
+    best: tuple[str, str] | None = None
+    for name, value in sorted(values.items()):
+        root = os.path.normpath(value)
+        inside = normal == root or normal.startswith(root.rstrip("/") + "/")
+        if inside and (best is None or len(root) > len(best[1])):
+            best = (name, root)
+    if best is None:
+        return _literal(normal)
+    name, root = best
+    rest = normal[len(root) :] if root != "/" else normal
+    return "{" + name + "}" + _literal(rest)
+
+
+def _literal(text: str) -> str:
+    return text.replace("{", "{{").replace("}", "}}")
 
 
 def _template_errors(loc: Loc, template: str, known: Sequence[str]) -> list[InitErrorDetails]:

@@ -1,0 +1,130 @@
+"""A sealed bundle, or a sealed run, opened for reading: its lock, manifest and suite, and every
+sealed document at the one path it lies at (`start-N`, `rank-R`: `documents.rundir.start_name`).
+Read only after `builder.sealing.integrity` proved the bundle intact; nothing here judges."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import cached_property
+from pathlib import Path
+from typing import Self
+
+from repro_serving.builder.documents import read_document, read_sealed
+from repro_serving.builder.documents.audit import AuditDocument, AuditDrifts
+from repro_serving.builder.documents.evidence import RunDocument
+from repro_serving.builder.documents.host import HostFacts
+from repro_serving.builder.documents.lock import Lock
+from repro_serving.builder.documents.manifest import Manifest, Suite
+from repro_serving.builder.documents.nodes import NodesDocument
+from repro_serving.builder.documents.observations import OBSERVATIONS_FILE, ObservationsDocument
+from repro_serving.builder.documents.rundir import (
+    AUDIT_DIR,
+    DRIFTS_FILE,
+    NODES_FILE,
+    RUN_FILE,
+    start_name,
+)
+from repro_serving.builder.drift import Drift
+from repro_serving.builder.errors import BadInput
+from repro_serving.builder.native.kernels import KernelSet
+from repro_serving.builder.readers import LOCK_LIMIT, MANIFEST_LIMIT
+from repro_serving.builder.sealing.bundle import (
+    EVIDENCE_DIR,
+    KERNEL_SETS_DIR,
+    LOCK,
+    MANIFEST,
+    ORACLE_DIR,
+    SUITE_FILE,
+    TEACHER_FILE,
+)
+
+
+@dataclass(frozen=True)
+class OpenedBundle:
+    """A bundle proven intact (`builder.sealing.integrity`), read for its claims and evidence."""
+
+    path: Path
+    lock: Lock
+    manifest: Manifest
+    suite: Suite
+
+    @classmethod
+    def read(cls, path: Path, anchor: Path | None = None) -> Self:
+        lock_bytes = read_sealed(path / LOCK, what="the lock", limit=LOCK_LIMIT)
+        lock = Lock.from_bytes(lock_bytes, where=str(path / LOCK))
+        data = read_sealed(path / MANIFEST, what="the manifest", limit=MANIFEST_LIMIT)
+        try:
+            text = data.decode("utf-8")
+        except UnicodeDecodeError as error:
+            raise BadInput(
+                "the sealed manifest is not UTF-8", where=str(path / MANIFEST)
+            ) from error
+        base = anchor if anchor is not None else Path(lock.bundle.manifest_path).parent
+        manifest = Manifest.from_toml(text, source=str(path / MANIFEST), base_dir=base)
+        suite = Suite.from_path(path / ORACLE_DIR / SUITE_FILE)
+        return cls(path, lock, manifest, suite)
+
+    def evidence(self, relative: str) -> Path:
+        return self.path / EVIDENCE_DIR / relative
+
+    def oracle(self, relative: str) -> Path:
+        return self.path / ORACLE_DIR / relative
+
+    @property
+    def kernels(self) -> Path:
+        """The kernel sets the bundle sealed: its dispatch rules and pins are judged by these."""
+        return self.path / KERNEL_SETS_DIR
+
+    def kernel_sets(self) -> tuple[KernelSet, ...]:
+        return tuple(KernelSet.load(n, self.kernels) for n in self.manifest.native.kernel_sets)
+
+    def teacher_bytes(self) -> bytes:
+        return read_sealed(self.oracle(TEACHER_FILE), what="the sealed teacher")
+
+    @cached_property
+    def observations(self) -> ObservationsDocument:
+        """Read once: several claims are checked against it."""
+        path = self.evidence(OBSERVATIONS_FILE)
+        return read_document(ObservationsDocument, path, what="the sealed observations")
+
+    @cached_property
+    def run(self) -> RunDocument:
+        path = self.evidence(RUN_FILE)
+        return read_document(RunDocument, path, what="the run record")
+
+    @cached_property
+    def nodes(self) -> NodesDocument | None:
+        """What each node's actor said (`nodes.json`), for a stack served across nodes."""
+        if not self.manifest.clustered:
+            return None
+        path = self.evidence(NODES_FILE)
+        return NodesDocument.from_bytes(read_sealed(path, what="the nodes' facts"), where=str(path))
+
+    def host(self, rank: int) -> HostFacts | None:
+        """The sealed facts of the host rank `rank` ran on: the observations' for one host or
+        rank 0, the nodes' facts for a further rank (None for a rank the nodes do not name)."""
+        if rank == 0 or self.nodes is None:
+            return self.observations.host
+        return next((n.host for n in self.nodes.nodes if n.rank == rank), None)
+
+    def start(self, start: int, rank: int = 0) -> Path:
+        """The sealed evidence of start `start` (of rank `rank`'s node, for a stack served
+        across nodes)."""
+        return self.evidence(start_name(start, rank))
+
+    def start_file(self, start: int, name: str, rank: int = 0) -> Path:
+        return self.start(start, rank) / name
+
+    def audit_documents(
+        self, start: int, rank: int = 0
+    ) -> tuple[tuple[Drift, ...], tuple[AuditDocument, ...]]:
+        """The sealed live audit of a start as written: its `drifts.json`, and each role's
+        document, by file name."""
+        directory = self.start(start, rank) / AUDIT_DIR
+        drifts = read_document(AuditDrifts, directory / DRIFTS_FILE, what="the audit's drifts")
+        documents = tuple(
+            read_document(AuditDocument, role_file, what="sealed audit evidence")
+            for role_file in sorted(directory.glob("*.json"))
+            if role_file.name != DRIFTS_FILE
+        )
+        return drifts.root, documents

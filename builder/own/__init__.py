@@ -1,0 +1,1 @@
+"""The repro that runs: its release, its files, what it states of itself."""

@@ -1,0 +1,84 @@
+"""The values of a manifest's path placeholders on this host (`{python}`, `{venv}`, `{site}`,
+`{python_prefix}`, `{model.<role>}`), read from the serving venv's `pyvenv.cfg`, so that every
+place that expands a manifest template sees the same paths; and the reverse, `placeholder_path`,
+which writes an observed absolute path in those terms so that a fact holds for the same bytes
+under another root and never for other bytes."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+from repro_serving.builder.documents.manifest import Manifest, expand
+from repro_serving.builder.errors import NotObservable
+from repro_serving.builder.native.pyenv import parse_venv_config
+from repro_serving.builder.readers import ENVIRONMENT_FILE_LIMIT, NoSuchFile, read_bytes
+
+
+@dataclass(frozen=True)
+class Venv:
+    root: Path
+    python: Path
+    site: Path
+    prefix: Path
+    version: str
+    """The interpreter version `pyvenv.cfg` states, such as '3.11.7'."""
+
+    @classmethod
+    def at(cls, root: Path) -> Venv:
+        config = root / "pyvenv.cfg"
+        try:
+            data = read_bytes(config, limit=ENVIRONMENT_FILE_LIMIT, what="pyvenv.cfg")
+        except NoSuchFile as error:
+            raise NotObservable(
+                "the serving virtual environment is missing",
+                where=str(config),
+                expected="a virtual environment made by `python -m venv`",
+                found=error.found,
+                hint="create it with `make serve-env`",
+            ) from error
+        values = parse_venv_config(data.decode("utf-8", errors="replace"))
+        home, version = values.get("home"), values.get("version_info") or values.get("version")
+        if not home or not version:
+            raise NotObservable(
+                "pyvenv.cfg does not say which interpreter made the environment",
+                where=str(config),
+                expected="'home' and 'version' keys",
+                found=", ".join(sorted(values)) or "no keys",
+            )
+        major_minor = ".".join(version.split(".")[:2])
+        return cls(
+            root=root,
+            python=root / "bin" / "python",
+            site=root / "lib" / f"python{major_minor}" / "site-packages",
+            prefix=Path(home).parent,
+            version=version,
+        )
+
+
+def path_values(manifest: Manifest) -> dict[str, str]:
+    """The value of every path placeholder of `manifest` on this host."""
+    values = venv_values(Venv.at(_normal(manifest.resolve(manifest.python.venv))))
+    for model in manifest.models:
+        values[f"model.{model.role}"] = str(_normal(model.directory(manifest.resolve("."))))
+    return values
+
+
+def venv_values(venv: Venv) -> dict[str, str]:
+    """The placeholders a virtual environment gives values to."""
+    return {
+        "python": str(venv.python),
+        "venv": str(venv.root),
+        "site": str(venv.site),
+        "python_prefix": str(venv.prefix),
+    }
+
+
+def _normal(path: Path) -> Path:
+    """Absolute and without `..`, symlinks kept: a venv's `bin/python` must stay its own path."""
+    return Path(os.path.normpath(path.absolute()))
+
+
+def expand_all(templates: tuple[str, ...], values: dict[str, str]) -> tuple[str, ...]:
+    return tuple(expand(template, values) for template in templates)
