@@ -61,6 +61,31 @@ def test_an_archive_of_a_changed_bundle_fails_verify(
     assert "FAIL: " in capsys.readouterr().out
 
 
+def test_launch_takes_the_archive_and_refuses_it_at_preflight_when_it_does_not_verify(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`repro launch ARCHIVE` verifies the packed bundle first, as it does a directory: one
+    changed row and nothing starts, no run directory is made, the archive is left as it was."""
+    copy = tmp_path / "tiny-cpu"
+    shutil.copytree(BUNDLE, copy)
+    rows = copy / "evidence" / "start-1" / "rows.json"
+    rows.write_text(rows.read_text().replace('"greeting"', '"greetings"', 1))
+    archive = tmp_path / "changed.tar"
+    pack(copy, archive)
+    before = archive.read_bytes()
+    runs = tmp_path / "runs"
+    code = main(["launch", str(archive), "--key", PUBLIC, "--runs", str(runs), "--json"])
+    assert code == 1
+    document = json.loads(capsys.readouterr().out)
+    assert document["preflight"]["bundle"] == str(archive)
+    drifts = document["preflight"]["drifts"]
+    assert [(d["kind"], d["subject"]) for d in drifts] == [
+        ("file-digest", "evidence/start-1/rows.json")
+    ]
+    assert not runs.exists()
+    assert archive.read_bytes() == before
+
+
 def test_pack_and_unpack_from_the_command_line(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -4,13 +4,14 @@ Nothing starts unless the bundle verifies and this host holds every pin; then th
 profile runs once against the sealed teacher, every process audited live, every gate applied,
 teardown proven. The run directory is sealed under `--runs` when `--signing-key` is given,
 with its report (`repro report`, against the bundle) beside it, `RUN.report.html`; its path is
-printed.
-Exit 0 only when every gate passes.
+printed. BUNDLE is a bundle's directory or the one file `repro pack` makes of it, replayed from a
+private unpacked copy. Exit 0 only when every gate passes.
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 from pathlib import Path
 from typing import Literal
 
@@ -31,6 +32,7 @@ from repro_serving.builder.errors import ExitCode
 from repro_serving.builder.progress import say
 from repro_serving.builder.render import Report, console, write_report
 from repro_serving.builder.replay import PreflightRefused, launch
+from repro_serving.builder.sealing.archive import bundle_directory
 from repro_serving.builder.sealing.integrity import bundle_path
 from repro_serving.builder.sealing.keys import SigningKey
 
@@ -71,9 +73,15 @@ def configure_parser(parser: argparse.ArgumentParser) -> None:
 def execute(args: argparse.Namespace) -> int:
     key_path = signing_key_path(args)
     key = SigningKey.from_path(key_path) if key_path else None
+    # a bundle packed as one file (`repro pack`) is replayed from a private unpacked copy
+    with bundle_directory(bundle_path(args.bundle)) as directory:
+        return _launch(directory, args, key)
+
+
+def _launch(directory: Path, args: argparse.Namespace, key: SigningKey | None) -> int:
     try:
         replay = launch(
-            bundle_path(args.bundle),
+            directory,
             trusted(args),
             runs=args.runs,
             signing_key=key,
@@ -81,10 +89,12 @@ def execute(args: argparse.Namespace) -> int:
             anchor=args.anchor,
         )
     except PreflightRefused as refused:
+        # the bundle as the user named it: the archive, where one was named
+        report = dataclasses.replace(refused.report, bundle=bundle_path(args.bundle))
         if args.json:
-            write_report(PreflightOutput(preflight=Verification.of(refused.report)))
+            write_report(PreflightOutput(preflight=Verification.of(report)))
         else:
-            print_report(refused.report)
+            print_report(report)
             console().print(refused.diagnostics())
         return int(ExitCode.CHECK_FAILED)
     sealed = str(replay.sealed.path) if replay.sealed else None
@@ -104,16 +114,18 @@ def execute(args: argparse.Namespace) -> int:
             console().print(difference_table(replay.preflight.differences))
         console().print(f"run sealed at {sealed}" if sealed else "run not sealed (no key)")
     if replay.sealed is not None and key is not None:
-        _report_beside(replay.sealed.path, args, key, json=args.json)
+        _report_beside(replay.sealed.path, directory, args, key, json=args.json)
     return int(replay.run.exit_code)
 
 
-def _report_beside(run: Path, args: argparse.Namespace, key: SigningKey, *, json: bool) -> None:
+def _report_beside(
+    run: Path, bundle: Path, args: argparse.Namespace, key: SigningKey, *, json: bool
+) -> None:
     """The sealed run's report (`repro report`) beside it, against the bundle it replayed; its
     path printed, on stderr under `--json` (stdout holds the one document)."""
     from repro_serving.builder.report.write import report_run  # matplotlib: only when drawn
 
-    line = report_run(run, trusted(args), key, against=bundle_path(args.bundle))
+    line = report_run(run, trusted(args), key, against=bundle)
     if json:
         say(line)
     else:
