@@ -212,10 +212,20 @@ def _read_json(path: Path, model: type[_M]) -> _M:
     try:
         return model.model_validate_json(text)
     except ValidationError as error:
-        first = error.errors(include_url=False)[0]
-        found = "nothing" if first["type"] == "missing" else repr(first["input"])[:80]
-        key = _key_path(tuple(first["loc"]))
-        raise _malformed(path, first["msg"], key, found=found) from None
+        problems = [
+            (
+                _key_path(tuple(detail["loc"])),
+                str(detail["msg"]),
+                "nothing" if detail["type"] == "missing" else repr(detail["input"])[:80],
+            )
+            for detail in error.errors(include_url=False)
+        ]
+        if len(problems) == 1:
+            ((key, what, found),) = problems
+            raise _malformed(path, what, key, found=found) from None
+        shown = "; ".join(f"{key}: {what} (found {found})" for key, what, found in problems[:10])
+        more = f"; and {len(problems) - 10} more" if len(problems) > 10 else ""
+        raise _malformed(path, f"{len(problems)} problems", found=shown + more) from None
 
 
 # --- the files of a record ----------------------------------------------------------------------

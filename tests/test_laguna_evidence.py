@@ -257,6 +257,22 @@ def test_a_bench_row_without_usage_is_refused_naming_the_file_and_key(tmp_path: 
     )
 
 
+def test_every_problem_of_a_record_file_is_named_not_the_first_alone(tmp_path: Path) -> None:
+    def edit(bench: dict[str, Any]) -> None:
+        bench["rows"][3].pop("usage")
+        bench["rows"][5]["token_ids"][2] = "7"
+
+    path = copy_bench(tmp_path, edit)
+    with pytest.raises(BadInput) as caught:
+        load_bench(path)
+    assert caught.value.what == "malformed record file: 2 problems"
+    assert caught.value.where == str(path)
+    assert caught.value.found == (
+        "key rows[3].usage: Field required (found nothing); "
+        "key rows[5].token_ids[2]: Input should be a valid integer (found '7')"
+    )
+
+
 def test_a_bench_token_id_that_is_not_an_integer_is_refused(tmp_path: Path) -> None:
     path = copy_bench(tmp_path, lambda bench: bench["rows"][0]["token_ids"].__setitem__(5, "72"))
     with pytest.raises(BadInput) as caught:
