@@ -272,15 +272,13 @@ def _build_live(
         nodes=nodes,
     )
     say("sealing")
-    content = BundleContent(
-        name=manifest.bundle.name,
-        manifest=manifest_path,
-        manifest_source=str(manifest_path),
-        lock=lock.model_dump(mode="json", by_alias=True),
-        dependencies=resolved_dependencies(lock),
-        oracle={bundle.SUITE_FILE: suite_path, bundle.TEACHER_FILE: teacher_path},
-        evidence=evidence_files(run_dir, len(record.starts)),
-        kernels=kernel_set_files(manifest.native.kernel_sets),
+    evidence = evidence_files(run_dir, len(record.starts))
+    content = _content(
+        manifest,
+        manifest_path,
+        lock,
+        oracle=(suite_path, teacher_path),
+        evidence=evidence,
         handoff=handoff,
     )
     sealed = seal(content, key, parent, force=force, progress=None)
@@ -564,15 +562,36 @@ def seal_record(
         teacher_sha256=sha256_file(teacher_path),
         manifest_sha256=sha256_file(manifest_path),
     )
-    content = BundleContent(
+    content = _content(
+        manifest,
+        manifest_path,
+        lock,
+        oracle=(suite_path, teacher_path),
+        evidence=files.sealed_names(),
+        handoff=handoff,
+    )
+    return seal(content, key, parent, force=force), lock
+
+
+def _content(
+    manifest: Manifest,
+    manifest_path: Path,
+    lock: Lock,
+    *,
+    oracle: tuple[Path, Path],
+    evidence: Mapping[str, Path],
+    handoff: Handoff | None,
+) -> BundleContent:
+    """What a bundle seals, a live record's and an imported one's alike: `oracle` is the suite
+    and the teacher; only `evidence` differs."""
+    return BundleContent(
         name=manifest.bundle.name,
         manifest=manifest_path,
         manifest_source=str(manifest_path),
         lock=lock.model_dump(mode="json", by_alias=True),
         dependencies=resolved_dependencies(lock),
-        oracle={bundle.SUITE_FILE: suite_path, bundle.TEACHER_FILE: teacher_path},
-        evidence=files.sealed_names(),
+        oracle={bundle.SUITE_FILE: oracle[0], bundle.TEACHER_FILE: oracle[1]},
+        evidence=evidence,
         kernels=kernel_set_files(manifest.native.kernel_sets),
         handoff=handoff,
     )
-    return seal(content, key, parent, force=force), lock

@@ -9,10 +9,9 @@ is a drift in the same report as every other, so a refusal lists everything miss
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
-from repro_serving.builder.documents.manifest import Manifest, Model
+from repro_serving.builder.documents.manifest import Manifest, normal_path
 from repro_serving.builder.documents.observations import Observations
 from repro_serving.builder.drift import Drift, DriftKind
 from repro_serving.builder.errors import NotObservable, ReproError
@@ -20,7 +19,7 @@ from repro_serving.builder.observe import host as host_observer
 from repro_serving.builder.observe import models as model_observer
 from repro_serving.builder.observe import python as python_observer
 from repro_serving.builder.observe import sources as source_observer
-from repro_serving.builder.placeholders import Venv, venv_values
+from repro_serving.builder.placeholders import Venv, model_directory, venv_values
 
 
 def observe(manifest: Manifest) -> Observations:
@@ -47,7 +46,7 @@ def observe(manifest: Manifest) -> Observations:
 
 def _values(manifest: Manifest) -> tuple[dict[str, str], Venv | None, list[Drift]]:
     """Placeholder values; without a venv, the lexical ones so every other fact still reads."""
-    root = _normal(manifest.resolve(manifest.python.venv))
+    root = normal_path(manifest.resolve(manifest.python.venv))
     problems: list[Drift] = []
     venv: Venv | None
     try:
@@ -67,12 +66,6 @@ def _values(manifest: Manifest) -> tuple[dict[str, str], Venv | None, list[Drift
     return values, venv, problems
 
 
-def model_directory(manifest: Manifest, model: Model) -> Path:
-    """Where `model` lives on this host: its path or hub snapshot against the manifest's
-    directory, absolute and normalised (the value of `{model.<role>}`)."""
-    return _normal(model.directory(manifest.resolve(".")))
-
-
 def _unobservable(fact: str, error: ReproError) -> Drift:
     return Drift(
         kind=DriftKind.NOT_OBSERVABLE,
@@ -81,7 +74,3 @@ def _unobservable(fact: str, error: ReproError) -> Drift:
         observed=error.found or error.what,
         why=error.what,
     )
-
-
-def _normal(path: Path) -> Path:
-    return Path(os.path.normpath(path.absolute()))

@@ -6,11 +6,10 @@ under another root and never for other bytes."""
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass
 from pathlib import Path
 
-from repro_serving.builder.documents.manifest import Manifest, expand
+from repro_serving.builder.documents.manifest import Manifest, Model, expand, normal_path
 from repro_serving.builder.errors import NotObservable
 from repro_serving.builder.native.pyenv import parse_venv_config
 from repro_serving.builder.readers import ENVIRONMENT_FILE_LIMIT, NoSuchFile, read_bytes
@@ -59,9 +58,9 @@ class Venv:
 
 def path_values(manifest: Manifest) -> dict[str, str]:
     """The value of every path placeholder of `manifest` on this host."""
-    values = venv_values(Venv.at(_normal(manifest.resolve(manifest.python.venv))))
+    values = venv_values(Venv.at(normal_path(manifest.resolve(manifest.python.venv))))
     for model in manifest.models:
-        values[f"model.{model.role}"] = str(_normal(model.directory(manifest.resolve("."))))
+        values[f"model.{model.role}"] = str(model_directory(manifest, model))
     return values
 
 
@@ -75,9 +74,10 @@ def venv_values(venv: Venv) -> dict[str, str]:
     }
 
 
-def _normal(path: Path) -> Path:
-    """Absolute and without `..`, symlinks kept: a venv's `bin/python` must stay its own path."""
-    return Path(os.path.normpath(path.absolute()))
+def model_directory(manifest: Manifest, model: Model) -> Path:
+    """Where `model` lives on this host: its path or hub snapshot against the manifest's
+    directory, absolute and normalised (the value of `{model.<role>}`)."""
+    return normal_path(model.directory(manifest.resolve(".")))
 
 
 def expand_all(templates: tuple[str, ...], values: dict[str, str]) -> tuple[str, ...]:

@@ -598,6 +598,9 @@ def metrics_info(gate: MetricsInfoGate, metrics_text: str) -> Verdict:
 # --- the gates of a run: one table -------------------------------------------------------------
 
 _DISABLED: Final = "disabled in oracle.gates"
+TEACHER_GATES: Final = frozenset({"exact_token_ids", "text_sha256", "throughput"})
+LIVE_AUDIT_GATE: Final = "live_audit"
+SERVER_LOG_GATE: Final = "server_log"
 
 
 @dataclass(frozen=True)
@@ -799,9 +802,9 @@ GATES: Final = (
              gatetext.stall_plan, gatetext.stall_shown),
     GateKind("latency", "the client's token times of every start", _latency_gate,
              gatetext.latency_plan, gatetext.latency_shown),
-    GateKind("live_audit", "each start's live audit", None, gatetext.per_start_plan,
+    GateKind(LIVE_AUDIT_GATE, "each start's live audit", None, gatetext.per_start_plan,
              gatetext.audit_shown),
-    GateKind("server_log", "each start's server log", None, gatetext.per_start_plan, None),
+    GateKind(SERVER_LOG_GATE, "each start's server log", None, gatetext.per_start_plan, None),
 )  # fmt: skip
 """Every kind of gate, in the order `judge` gives their verdicts. A new gate is one entry here
 and its judging function; `repro check`, `repro report` and `repro verify` read it from here."""
@@ -844,10 +847,6 @@ def plan(gates: Gates) -> gatetext.Plan:
     return [line for kind in GATES for line in kind.plan(gates)]
 
 
-TEACHER_GATES: Final = frozenset({"exact_token_ids", "text_sha256", "throughput"})
-LIVE_AUDIT_GATE: Final = "live_audit"
-
-
 def judge_run(
     gates: Gates, evidence: RunEvidence, *, kernel_markers: Sequence[LogMarker] = ()
 ) -> tuple[Verdict, ...]:
@@ -863,7 +862,12 @@ def judge_run(
 
 def audit_gate(start: int, rank: int = 0) -> str:
     """The live audit's gate of a start, on rank `rank`'s node when a stack spans nodes."""
-    return f"{LIVE_AUDIT_GATE}:start-{start}" + (f":rank-{rank}" if rank else "")
+    return _per_start(LIVE_AUDIT_GATE, start, rank)
+
+
+def _per_start(kind: str, start: int, rank: int) -> str:
+    """The gate of `kind` a run gives one start (and rank): `live_audit:start-2:rank-1`."""
+    return f"{kind}:start-{start}" + (f":rank-{rank}" if rank else "")
 
 
 def audit_verdict(
@@ -883,7 +887,6 @@ def audit_verdict(
     return Verdict(gate=gate, status=VerdictStatus.FAIL, summary=summary, details=details)
 
 
-SERVER_LOG_GATE: Final = "server_log"
 CRASH_MARKERS: Final = (
     # CPython and the kernel's signals, as faulthandler, the shell and torch's handlers write them
     "Traceback (most recent call last)",
@@ -981,7 +984,8 @@ def crash_marker(line: str) -> str | None:
 
 
 def server_log_gate(start: int, rank: int = 0) -> str:
-    return f"{SERVER_LOG_GATE}:start-{start}" + (f":rank-{rank}" if rank else "")
+    """A start's server log's gate, on rank `rank`'s node when a stack spans nodes."""
+    return _per_start(SERVER_LOG_GATE, start, rank)
 
 
 ACCESS_LINE: Final = re.compile(

@@ -227,8 +227,8 @@ def deep_models(manifest: Manifest) -> tuple[ModelCheck, ...]:
     pins, each problem with the placeholder of its directory replaced by the path."""
     # hashing and observing: only what --deep runs imports
     from repro_serving.builder.documents.models import compare
-    from repro_serving.builder.observations import model_directory
     from repro_serving.builder.observe.models import observe_model
+    from repro_serving.builder.placeholders import model_directory
 
     found = []
     for model in manifest.models:

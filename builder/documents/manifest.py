@@ -220,12 +220,18 @@ def expand(template: str, values: Mapping[str, str]) -> str:
     )
 
 
+def normal_path(path: Path) -> Path:
+    """Absolute and without `..`, symlinks kept: a venv's `bin/python` must stay its own path.
+    What every placeholder value on a host is written as."""
+    return Path(os.path.normpath(path.absolute()))
+
+
 def placeholder_path(path: Path | str, values: Mapping[str, str]) -> str:
     """`path` as a template over `values`: the longest value that is `path` or one of its parent
     directories becomes its `{name}`; a path under none stays absolute. Braces of the path itself
     are doubled, so that `expand(placeholder_path(p, values), values)` gives `p` back, normalised.
     Ties between values of equal length go to the first name in sorted order."""
-    normal = posixpath.abspath(path)  # `_normal` as a string: absolute, `..` gone, symlinks kept
+    normal = posixpath.abspath(path)  # `normal_path` as a string: absolute, `..` gone, links kept
     best: tuple[str, str] | None = None
     for name, value in sorted(values.items()):
         root = os.path.normpath(value)

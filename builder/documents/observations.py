@@ -5,9 +5,7 @@ Observed by `builder.observations`."""
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass
-from pathlib import Path
 
 from packaging.utils import InvalidWheelFilename, canonicalize_name, parse_wheel_filename
 from packaging.version import InvalidVersion, Version
@@ -19,7 +17,7 @@ from repro_serving.builder.documents.host import HostFacts
 from repro_serving.builder.documents.host import compare as compare_host
 from repro_serving.builder.documents.lock import HostFacts as HostFactsClaim
 from repro_serving.builder.documents.lock import WheelArtifact
-from repro_serving.builder.documents.manifest import Manifest, placeholder_path
+from repro_serving.builder.documents.manifest import Manifest, normal_path, placeholder_path
 from repro_serving.builder.documents.models import ModelFacts
 from repro_serving.builder.documents.models import compare as compare_model
 from repro_serving.builder.documents.python import PythonFacts
@@ -167,12 +165,8 @@ def drifts(manifest: Manifest, observed: Observations) -> list[Drift]:
     if observed.python is not None:
         base = manifest.resolve(".")
         locations = {
-            s.name: placeholder_path(_normal(base / s.path), observed.values)
+            s.name: placeholder_path(normal_path(base / s.path), observed.values)
             for s in manifest.sources
         }
         found.extend(compare_python(manifest.python, observed.python, locations))
     return found
-
-
-def _normal(path: Path) -> Path:
-    return Path(os.path.normpath(path.absolute()))

@@ -92,7 +92,7 @@ from packaging.requirements import InvalidRequirement, Requirement
 from packaging.specifiers import InvalidSpecifier, SpecifierSet
 from packaging.version import InvalidVersion, Version
 
-from repro_serving import WHEEL_NAME
+from repro_serving import DISTRIBUTION, WHEEL_NAME
 from repro_serving.builder.claims import ClaimCheck
 from repro_serving.builder.documents import read_sealed
 from repro_serving.builder.documents.lock import EvidenceClass, Lock
@@ -101,7 +101,7 @@ from repro_serving.builder.documents.tools import Pin, ToolRequirements
 from repro_serving.builder.errors import ReproError
 from repro_serving.builder.own import release
 from repro_serving.builder.own.installed import installed_members
-from repro_serving.builder.own.stated import PROJECT, Stated, own_stated
+from repro_serving.builder.own.stated import Stated, own_stated
 from repro_serving.builder.sealing.bundle import (
     REQUIREMENTS_FILE,
     TOOLS_DIR,
@@ -478,12 +478,12 @@ def _metadata_problems(headers: Message, where: str, version: str, own: _Own) ->
     if problems:
         return problems
     name, found = str(headers["Name"]), str(headers["Version"])
-    if (normalize(name), found) != (PROJECT, version):
+    if (normalize(name), found) != (DISTRIBUTION, version):
         problems.append(
             _problem(
                 where,
                 "another distribution or version",
-                expected=f"Name {PROJECT}, Version {version}",
+                expected=f"Name {DISTRIBUTION}, Version {version}",
                 found=f"Name {name}, Version {found}",
             )
         )
@@ -725,7 +725,7 @@ def _own_members(version: str) -> dict[str, bytes]:
     package = release.running_package()
     if package.checkout is not None:
         return release.read_files(package.files)
-    return dict(installed_members(PROJECT, version))
+    return dict(installed_members(DISTRIBUTION, version))
 
 
 # --- requirements.txt -----------------------------------------------------------------------------
@@ -847,18 +847,18 @@ def _closure_problems(
     problems: list[str] = []
     needed: set[str] = set()
     pending = [
-        (PROJECT, text, requirement)
+        (DISTRIBUTION, text, requirement)
         for text, requirement in _holding(headers.get_all("Requires-Dist") or (), environment)
         if normalize(requirement.name) in ours
     ]
     while pending:
         by, text, requirement = pending.pop()
         name = normalize(requirement.name)
-        if by != PROJECT:
+        if by != DISTRIBUTION:
             problems += _admitted(
                 by, text, requirement, installed=installed, pinned=pinned, where=where
             )
-        if name in needed or name == PROJECT:
+        if name in needed or name == DISTRIBUTION:
             continue
         needed.add(name)
         found = installed.get(name)
@@ -1004,7 +1004,7 @@ def _pin_problems(requirements: ToolRequirements, lock: Lock, where: str) -> lis
                 )
             )
             continue
-        if normalize(pin.name) == PROJECT:
+        if normalize(pin.name) == DISTRIBUTION:
             problems.append(
                 _problem(
                     here,

@@ -104,9 +104,16 @@ def judge(tree: TreeSnapshot, policy: AuditPolicy, loader: LoaderInputs) -> Audi
     drifts: list[Drift] = []
     elves = _read_elves(tree, loader.fs)
     places = inherited_environments((p.pid, p.ppid, p.environ) for p in tree.processes)
+    digests: dict[str, str | None] = {}  # searched files hashed once for the whole tree
     for process in tree.processes:
         audit, found = _audit_process(
-            process, tree.files, elves, policy, loader, places=places.get(process.pid, {})
+            process,
+            tree.files,
+            elves,
+            policy,
+            loader,
+            places=places.get(process.pid, {}),
+            digests=digests,
         )
         processes.append(audit)
         drifts.extend(found)
@@ -136,7 +143,9 @@ class _Explainer:
     substitutes: dict[str, str] = field(default_factory=dict)
     """A file the emulation loaded but the process does not map → the mapped object of its
     SONAME and bytes that met its need (`met_by_soname`): the requester its dependencies name."""
-    _shas: dict[str | None, str | None] = field(default_factory=dict)
+    digests: dict[str, str | None] = field(default_factory=dict)
+    """The sha256 of each file the emulation searched and the process does not map, hashed
+    once for the whole tree (`judge` shares it between processes); None when unreadable."""
     verdicts: dict[FileId, ObjectVerdict] = field(default_factory=dict)
     drifts: list[Drift] = field(default_factory=list)
 
@@ -207,15 +216,23 @@ class _Explainer:
         ]
         if not candidates:
             return None
-        if resolution.path not in self._shas:
-            self._shas[resolution.path] = _sha_of_path(resolution.path)
-        predicted = self._shas[resolution.path]
+        predicted = self.digest_of(resolution.path)
         same = [c for c in candidates if predicted is not None and c.sha256 == predicted]
         if not same:
             return None
         if resolution.path is not None:
             self.substitutes.setdefault(resolution.path, same[0].path)
         return same[0]
+
+    def digest_of(self, path: str | None) -> str | None:
+        if path is None:
+            return None
+        if path not in self.digests:
+            try:
+                self.digests[path] = sha256_file(path)
+            except NotObservable:
+                self.digests[path] = None
+        return self.digests[path]
 
     def requester_of(self, resolution: Resolution) -> str:
         """The object a dependency was loaded for, as the process maps it."""
@@ -230,7 +247,7 @@ class _Explainer:
 
 
 def _origin_drift(explainer: _Explainer, resolution: Resolution, other: MappedFile) -> Drift:
-    predicted_sha = _sha_of_path(resolution.path)
+    predicted_sha = explainer.digest_of(resolution.path)
     same_bytes = predicted_sha is not None and predicted_sha == other.sha256
     return Drift(
         kind=DriftKind.ORIGIN_DRIFT if same_bytes else DriftKind.UNEXPECTED_MAPPING,
@@ -243,15 +260,6 @@ def _origin_drift(explainer: _Explainer, resolution: Resolution, other: MappedFi
     )
 
 
-def _sha_of_path(path: str | None) -> str | None:
-    if path is None:
-        return None
-    try:
-        return sha256_file(path)
-    except NotObservable:
-        return None
-
-
 def _audit_process(
     process: ProcessSnapshot,
     files: Mapping[FileId, MappedFile],
@@ -260,12 +268,14 @@ def _audit_process(
     loader: LoaderInputs,
     *,
     places: Mapping[str, str],
+    digests: dict[str, str | None],
 ) -> tuple[ProcessAudit, list[Drift]]:
-    """`places`: what places the process's JIT directories (`rules.inherited_environments`)."""
+    """`places`: what places the process's JIT directories (`rules.inherited_environments`);
+    `digests`: the searched files hashed so far in the tree."""
     mapped = {fid: files[fid] for fid in process.files if fid in files and files[fid].is_elf}
     names = {fid: _names(files[fid].path, elves.get(fid)) for fid in mapped}
     sonames = {fid: info.soname for fid in mapped if (info := elves.get(fid)) and info.soname}
-    explainer = _Explainer(process, mapped, names, sonames)
+    explainer = _Explainer(process, mapped, names, sonames, digests=digests)
     if process.error is not None or process.exe is None:
         explainer.drifts.append(
             Drift(

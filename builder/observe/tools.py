@@ -57,7 +57,6 @@ from repro_serving.builder.own.release import (
 )
 from repro_serving.builder.sealing.bundle import REQUIREMENTS_FILE, wheel_filename
 
-PROJECT: Final = DISTRIBUTION
 WHEEL_TIMEOUT_S: Final = 600.0
 SOURCE_DATE_EPOCH: Final = "315532800"
 """1980-01-01, the earliest time a zip entry can hold: every wheel entry is stamped with it."""
@@ -86,7 +85,7 @@ def build_tools(directory: Path) -> ReproTools:
     if source is not None:
         wheel = build_wheel(source, directory / "wheel", version)
     else:
-        wheel = pack_installed(PROJECT, version, directory / "wheel" / wheel_filename(version))
+        wheel = pack_installed(DISTRIBUTION, version, directory / "wheel" / wheel_filename(version))
     python, platform = this_interpreter()
     pins = pinned_dependencies(wheel_requires(wheel))
     requirements = ToolRequirements(repro=version, python=python, platform=platform, pins=pins)
@@ -227,10 +226,10 @@ def dependency_closure(requires: Sequence[str]) -> dict[str, Path]:
     """Normalised name → site directory of every installed distribution `requires` needs here,
     followed transitively through each one's `Requires-Dist`, markers evaluated with no extra."""
     found: dict[str, Path] = {}
-    pending = _needed(requires, PROJECT)
+    pending = _needed(requires, DISTRIBUTION)
     while pending:
         name = pending.pop()
-        if normalize(name) in found or normalize(name) == PROJECT:
+        if normalize(name) in found or normalize(name) == DISTRIBUTION:
             continue
         try:
             distribution = metadata.distribution(name)

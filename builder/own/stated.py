@@ -19,8 +19,6 @@ from repro_serving import DISTRIBUTION
 from repro_serving.builder.errors import BadInput, NotObservable
 from repro_serving.builder.own.release import source_tree
 
-PROJECT = DISTRIBUTION
-
 
 @dataclass(frozen=True)
 class Stated:
@@ -42,10 +40,10 @@ def own_stated() -> Stated:
     if root is not None:
         return _stated_by_pyproject(root)
     try:
-        headers = metadata.distribution(PROJECT).metadata
+        headers = metadata.distribution(DISTRIBUTION).metadata
     except metadata.PackageNotFoundError as error:
         raise NotObservable(
-            f"{PROJECT} is neither a checkout nor installed: what it requires is unknown",
+            f"{DISTRIBUTION} is neither a checkout nor installed: what it requires is unknown",
             found=str(error),
         ) from error
     python = headers.get_all("Requires-Python") or []
@@ -55,7 +53,7 @@ def own_stated() -> Stated:
             Requirement(text)
     except InvalidRequirement as error:
         raise BadInput(
-            f"the installed {PROJECT} states a malformed requirement", found=str(error)
+            f"the installed {DISTRIBUTION} states a malformed requirement", found=str(error)
         ) from error
     return Stated(
         requires_dist=requires,

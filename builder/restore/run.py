@@ -8,11 +8,12 @@ paths anchored like `verify --anchor`), each step independent, idempotent and at
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass
 from pathlib import Path
 
 from repro_serving.builder.documents.bundle import OpenedBundle
+from repro_serving.builder.documents.manifest import normal_path
+from repro_serving.builder.placeholders import model_directory
 from repro_serving.builder.restore.models import restore_model
 from repro_serving.builder.restore.python import restore_python
 from repro_serving.builder.restore.sources import restore_source
@@ -58,27 +59,25 @@ def restore(
         raise RestoreRefused(report)
     opened = OpenedBundle.read(path, anchor)
     manifest = opened.manifest
-    base = _normal(manifest.resolve("."))
+    base = normal_path(manifest.resolve("."))
     steps = [
         restore_python(
             opened.lock.python,
             manifest.python,
-            _normal(manifest.resolve(manifest.python.venv)),
+            normal_path(manifest.resolve(manifest.python.venv)),
             force=force,
             interpreter=interpreter,
             progress=progress,
         )
     ]
     steps += [
-        restore_model(model, _normal(model.directory(base)), force=force, progress=progress)
+        restore_model(model, model_directory(manifest, model), force=force, progress=progress)
         for model in manifest.models
     ]
     steps += [
-        restore_source(source, _normal(base / source.path), base, force=force, progress=progress)
+        restore_source(
+            source, normal_path(base / source.path), base, force=force, progress=progress
+        )
         for source in manifest.sources
     ]
     return RestoreReport(path, report.key_ids, tuple(steps))
-
-
-def _normal(path: Path) -> Path:
-    return Path(os.path.normpath(path.absolute()))
