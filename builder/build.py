@@ -50,11 +50,13 @@ from repro_serving.builder.documents.observations import (
 from repro_serving.builder.documents.probes import DISPATCH_FILE
 from repro_serving.builder.documents.rundir import (
     AUDIT_DIR,
+    LOAD_EVIDENCE,
     NODES_FILE,
     RANK_EVIDENCE,
     REPLAY_FILE,
     RUN_EVIDENCE,
     START_EVIDENCE,
+    load_name,
     start_name,
 )
 from repro_serving.builder.drift import Drift, DriftKind
@@ -272,7 +274,7 @@ def _build_live(
         nodes=nodes,
     )
     say("sealing")
-    evidence = evidence_files(run_dir, len(record.starts))
+    evidence = evidence_files(run_dir, len(record.starts), manifest.oracle.load_names)
     content = _content(
         manifest,
         manifest_path,
@@ -330,9 +332,10 @@ def _build_imported(
     return BuildResult(sealed, lock, None)
 
 
-def evidence_files(run_dir: Path, starts: int) -> dict[str, Path]:
-    """The run directory's evidence by its name under evidence/: a stack served across nodes
-    also has its nodes' facts and each rank's directory of each start."""
+def evidence_files(run_dir: Path, starts: int, loads: Sequence[str] = ()) -> dict[str, Path]:
+    """The run directory's evidence by its name under evidence/: each start's, with the
+    directory of each of its `loads`; a stack served across nodes also has its nodes' facts
+    and each rank's directory of each start."""
     files = {
         name: run_dir / name
         for name in (*RUN_EVIDENCE, OBSERVATIONS_FILE, DISPATCH_FILE, NODES_FILE, REPLAY_FILE)
@@ -341,6 +344,7 @@ def evidence_files(run_dir: Path, starts: int) -> dict[str, Path]:
     for number in range(1, starts + 1):
         start = start_name(number)
         places: list[tuple[str, tuple[str, ...]]] = [(start, START_EVIDENCE)]
+        places += [(f"{start}/{load_name(load)}", LOAD_EVIDENCE) for load in loads]
         places += [
             (f"{start}/{rank.name}", RANK_EVIDENCE)
             for rank in sorted((run_dir / start).glob("rank-*"))

@@ -131,7 +131,9 @@ def launch(
                 SUITE_FILE: opened.oracle(SUITE_FILE),
                 TEACHER_FILE: opened.oracle(TEACHER_FILE),
             },
-            evidence=evidence_files(run_dir, len(record.starts)),
+            evidence=evidence_files(
+                run_dir, len(record.starts), record.plan.manifest.oracle.load_names
+            ),
             kernels=kernel_set_files(manifest.native.kernel_sets, kernels),
             run=True,
         )

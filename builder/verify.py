@@ -53,7 +53,7 @@ from repro_serving.builder.documents.lock import (
     OracleRowClaim,
     ThroughputClaim,
 )
-from repro_serving.builder.documents.manifest import expand
+from repro_serving.builder.documents.manifest import Load, expand
 from repro_serving.builder.documents.nodes import NodesDocument
 from repro_serving.builder.documents.observations import (
     OBSERVATIONS_FILE,
@@ -77,6 +77,8 @@ from repro_serving.builder.documents.rundir import (
     TEARDOWN_FILE,
     VERDICTS_FILE,
     evidence_names,
+    load_name,
+    metrics_reads,
     start_name,
 )
 from repro_serving.builder.drift import Difference, Drift, DriftKind
@@ -346,7 +348,9 @@ def _content_check(sealed: JudgedBundle, handoff: bool, *, replayed: bool) -> Cl
     if handoff:
         expected |= bundle.handoff_content(sealed.lock.bundle.repro_version)
     ranks = {n.rank: manifest.node_processes(n.rank) for n in manifest.declared_nodes if n.rank}
-    evidence = evidence_names(manifest.oracle.gates.fresh_starts, roles, ranks)
+    evidence = evidence_names(
+        manifest.oracle.gates.fresh_starts, roles, ranks, manifest.oracle.load_names
+    )
     evidence |= {OBSERVATIONS_FILE, DISPATCH_FILE, *([REPLAY_FILE] if replayed else [])}
     expected |= {f"{bundle.EVIDENCE_DIR}/{name}" for name in evidence}
     return content_check(
@@ -580,54 +584,29 @@ def _consistency_checks(sealed: JudgedBundle) -> list[ClaimCheck]:
     prompt)."""
     manifest, suite = sealed.manifest, sealed.suite
     limits = consistency.Limits.of(suite, sealed.lock.launch.argv)
-    gated = manifest.oracle.gates.cached_tokens_zero
+    loads = {load.name: load for load in manifest.oracle.gates.loads}
     checks = []
     starts = []
     for start in range(1, manifest.oracle.gates.fresh_starts + 1):
-        where = f"{bundle.EVIDENCE_DIR}/{start_name(start)}"
-        rows = _rows(sealed, start)
-        starts.append((f"{where}/{ROWS_FILE}", rows))
-        found = consistency.rows_problems(
-            suite, rows, where=f"{where}/{ROWS_FILE}", limits=limits, cached_tokens_gated=gated
-        )
-        problems = list(found.problems)
-        before = _text(sealed.start_file(start, METRICS_BEFORE))
-        after = _text(sealed.start_file(start, METRICS_AFTER))
-        if before is None or after is None:
-            problems.append(f"{where}: expected /metrics read before and after, found none")
-        else:
-            sources = (f"{where}/{METRICS_BEFORE}", f"{where}/{METRICS_AFTER}")
-            teardown = _teardown(sealed, start)
-            log = _log(sealed, start, 0)
-            served = teardown.log_bytes if teardown is not None else None
-            served_log = log[: len(log) if served is None else served]
-            read = consistency.metrics_problems(
-                rows,
-                before,
-                after,
-                limits=limits,
-                sources=sources,
-                read_by=None if teardown is None else teardown.began_at,
-                served_log=served_log.decode(errors="replace") if log else None,
-                log_source=f"{where}/{LOG_FILE}",
-                facts=_server_facts(sealed, start),
+        phases = metrics_reads(start_name(start), tuple(loads))
+        for load, before_name, after_name in phases:
+            if load is None:
+                rows, rows_name = _rows(sealed, start), f"{start_name(start)}/{ROWS_FILE}"
+                starts.append((f"{bundle.EVIDENCE_DIR}/{rows_name}", rows))
+            else:
+                rows = _load_rows(sealed, start, load)
+                rows_name = f"{start_name(start)}/{load_name(load)}/{ROWS_FILE}"
+                starts.append((f"{bundle.EVIDENCE_DIR}/{rows_name}", rows))
+            checks.append(
+                _phase_check(
+                    sealed,
+                    start,
+                    load=None if load is None else loads[load],
+                    rows=rows,
+                    names=(rows_name, before_name, after_name),
+                    limits=limits,
+                )
             )
-            problems += read.problems
-            found = consistency.Findings(
-                found.problems, (*found.not_applicable, *read.not_applicable)
-            )
-        value = f"{len(rows)} rows of {len(suite.prompts)} prompts"
-        if found.not_applicable:
-            value += f"; not checkable: {len(found.not_applicable)}"
-        checks.append(
-            ClaimCheck(
-                f"start-{start} rows = their suite, their counts and their /metrics",
-                EvidenceClass.SEALED,
-                value,
-                not problems,
-                _shown(problems),
-            )
-        )
     problems = consistency.starts_problems(starts)
     for where, rows in starts:
         decoded: dict[tuple[int, ...], OracleRow] = {}
@@ -657,12 +636,71 @@ def _consistency_checks(sealed: JudgedBundle) -> list[ClaimCheck]:
         ClaimCheck(
             "every start's rows = start 1's prompts and texts",
             EvidenceClass.SEALED,
-            f"{len(starts)} start(s)",
+            f"{manifest.oracle.gates.fresh_starts} start(s)"
+            + (f", {len(loads)} load(s) each" if loads else ""),
             not problems,
             _shown(problems),
         )
     )
     return checks
+
+
+def _phase_check(
+    sealed: JudgedBundle,
+    start: int,
+    *,
+    load: Load | None,
+    rows: tuple[OracleRow, ...],
+    names: tuple[str, str, str],
+    limits: consistency.Limits,
+) -> ClaimCheck:
+    """The rows of one phase of a start (its suite, or a load) against themselves and the
+    suite, and the `/metrics` reads around it against them (`launch.consistency`). `names`:
+    the rows' file and the reads before and after, by path under evidence/."""
+    suite = sealed.suite
+    rows_name, before_name, after_name = (f"{bundle.EVIDENCE_DIR}/{name}" for name in names)
+    gated = load is None and sealed.manifest.oracle.gates.cached_tokens_zero
+    found = consistency.rows_problems(
+        suite, rows, where=rows_name, limits=limits, cached_tokens_gated=gated
+    )
+    problems = list(found.problems)
+    problems += consistency.load_problems(load, rows, where=rows_name)
+    before, after = _text(sealed.evidence(names[1])), _text(sealed.evidence(names[2]))
+    if before is None or after is None:
+        missing = " and ".join(
+            n for n, t in ((before_name, before), (after_name, after)) if t is None
+        )
+        problems.append(f"expected the /metrics reads around the rows, found no {missing}")
+    else:
+        where = f"{bundle.EVIDENCE_DIR}/{start_name(start)}"
+        teardown = _teardown(sealed, start)
+        log = _log(sealed, start, 0)
+        served = teardown.log_bytes if teardown is not None else None
+        served_log = log[: len(log) if served is None else served]
+        read = consistency.metrics_problems(
+            rows,
+            before,
+            after,
+            limits=limits,
+            sources=(before_name, after_name),
+            read_by=None if teardown is None else teardown.began_at,
+            served_log=served_log.decode(errors="replace") if log else None,
+            log_source=f"{where}/{LOG_FILE}",
+            facts=_server_facts(sealed, start),
+        )
+        problems += read.problems
+        found = consistency.Findings(found.problems, (*found.not_applicable, *read.not_applicable))
+    value = f"{len(rows)} rows of {len(suite.prompts)} prompts"
+    if found.not_applicable:
+        value += f"; not checkable: {len(found.not_applicable)}"
+    phase = "" if load is None else f" under load {load.name} ({load.shape})"
+    return ClaimCheck(
+        f"start-{start} rows{phase} = their suite, their counts and their /metrics",
+        EvidenceClass.SEALED,
+        value,
+        not problems,
+        _shown(problems),
+    )
 
 
 ENGINE_CORE_ROLE: Final = "engine_core"
@@ -1099,6 +1137,10 @@ def recompute_verdicts(sealed: JudgedBundle) -> tuple[Verdict, ...]:
         metrics_after=after,
         server_log=_text(sealed.start_file(1, LOG_FILE)),
         later_starts=tuple(_rows(sealed, start) for start in range(2, starts + 1)),
+        loads={
+            load: tuple(_load_rows(sealed, start, load) for start in range(1, starts + 1))
+            for load in manifest.oracle.load_names
+        },
     )
     markers = tuple(marker for kernel_set in sealed.kernel_sets() for marker in kernel_set.markers)
     verdicts = judge_run(manifest.oracle.gates, evidence, kernel_markers=markers)
@@ -1117,7 +1159,7 @@ def recompute_verdicts(sealed: JudgedBundle) -> tuple[Verdict, ...]:
                 TeardownDocument, directory / TEARDOWN_FILE, what="the teardown's record"
             )
             log = _log(sealed, start, rank)
-            answered = 0 if rank else len(_rows(sealed, start))
+            answered = 0 if rank else _answered(sealed, start)
             logs.append(
                 server_log_verdict(start, log, teardown.log_bytes, answered=answered, rank=rank)
             )
@@ -1345,10 +1387,23 @@ def _anchored_checks(sealed: JudgedBundle, *, taught: bool = True) -> list[Claim
 
 
 def _rows(sealed: JudgedBundle, start: int) -> tuple[OracleRow, ...]:
-    path = sealed.start_file(start, ROWS_FILE)
+    return _read_rows(sealed.start_file(start, ROWS_FILE))
+
+
+def _load_rows(sealed: JudgedBundle, start: int, load: str) -> tuple[OracleRow, ...]:
+    return _read_rows(sealed.load_file(start, load, ROWS_FILE))
+
+
+def _read_rows(path: Path) -> tuple[OracleRow, ...]:
     if not path.is_file():
         raise BadInput("sealed evidence is missing", where=str(path))
     return read_document(Rows, path, what="the sealed rows").root
+
+
+def _answered(sealed: JudgedBundle, start: int) -> int:
+    """The requests start `start`'s client posted: its suite's rows and every load's."""
+    loads = sealed.manifest.oracle.load_names
+    return len(_rows(sealed, start)) + sum(len(_load_rows(sealed, start, n)) for n in loads)
 
 
 def _equal(

@@ -119,7 +119,7 @@ from itertools import pairwise
 from typing import Final, Literal
 
 from repro_serving.builder.documents.evidence import OracleRow
-from repro_serving.builder.documents.manifest import ENDPOINTS, Suite
+from repro_serving.builder.documents.manifest import ENDPOINTS, Load, Suite
 from repro_serving.builder.errors import BadInput
 from repro_serving.builder.vllmlog import flag_name, flag_value
 from repro_serving.launch.gates import AccessLine, access_lines
@@ -413,6 +413,49 @@ def rows_problems(
         else ("token ids against the vocabulary: the evidence does not state its size",)
     )
     return Findings(tuple(problems), not_applicable)
+
+
+SEND_SLACK_S: Final = 1e-6
+"""Rounding between a load's clock zero plus i/rate and the send time taken after it."""
+
+
+def load_problems(load: Load | None, rows: Sequence[OracleRow], *, where: str) -> list[str]:
+    """A phase's send times against its load shape: the suite's rows (no `load`) were sent one
+    after another and carry none; a load's rows each carry one, under a `request_rate` row i
+    sent no earlier than i/rate s (its sender slept until then), under `concurrency` N no row
+    sent while N others were surely in flight (sent earlier, their last token read later)."""
+    if load is None:
+        return [
+            f"{where}: row {place} ({row.prompt_id}) sent_at_s {row.sent_at_s!r}: expected none, "
+            "the suite's requests are sent one after another"
+            for place, row in enumerate(rows)
+            if row.sent_at_s is not None
+        ]
+    problems = []
+    sends: list[tuple[float, float, int]] = []
+    for place, row in enumerate(rows):
+        sent = row.sent_at_s
+        at = f"{where}: row {place} ({row.prompt_id})"
+        if sent is None:
+            problems.append(f"{at}: expected sent_at_s, the send time of a load's row; found none")
+            continue
+        end = sent + (row.token_offsets_s[-1] if row.token_offsets_s else 0.0)
+        sends.append((sent, end, place))
+        if load.request_rate is not None and sent < place / load.request_rate - SEND_SLACK_S:
+            problems.append(
+                f"{at}: sent_at_s {sent!r}: expected at least {place / load.request_rate!r} "
+                f"(row {place} at {load.request_rate:g} requests/s)"
+            )
+    if load.concurrency is not None:
+        for sent, _, place in sends:
+            busy = [p for s, e, p in sends if s < sent and e > sent]
+            if len(busy) >= load.concurrency:
+                problems.append(
+                    f"{where}: row {place} ({rows[place].prompt_id}) sent at {sent!r} s while "
+                    f"rows {', '.join(map(str, busy))} were in flight: expected at most "
+                    f"{load.concurrency - 1} others under concurrency {load.concurrency}"
+                )
+    return problems
 
 
 def _identity_problems(suite: Suite, rows: Sequence[OracleRow], where: str) -> list[str]:

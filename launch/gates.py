@@ -32,6 +32,7 @@ from repro_serving.builder.documents.manifest import (
     FreshStartThroughputGate,
     Gates,
     LatencyGate,
+    Load,
     LogMarker,
     MetricsInfoGate,
     SpecDecodeGate,
@@ -42,7 +43,7 @@ from repro_serving.builder.drift import Drift
 from repro_serving.builder.errors import BadInput
 from repro_serving.builder.patterns import compile_pattern
 from repro_serving.launch import gatetext
-from repro_serving.launch.latency import Distribution, latency, stalls
+from repro_serving.launch.latency import Distribution, Latency, LoadFigures, latency, stalls
 from repro_serving.launch.metrics import samples
 from repro_serving.launch.throughput import (
     HISTORICAL_LABEL,
@@ -569,6 +570,98 @@ def latency_bounds(gate: LatencyGate, starts: Sequence[tuple[int, Sequence[Oracl
     return _verdict("latency", not problems, summary, **limits, measured=details)
 
 
+# --- load shapes ---------------------------------------------------------------------------------
+
+LOAD_GATE: Final = "load"
+
+
+def load_gate(name: str) -> str:
+    return f"{LOAD_GATE}:{name}"
+
+
+def load_verdict(load: Load, starts: Sequence[tuple[int, Sequence[OracleRow]]]) -> Verdict:
+    """What every start's rows under `load` measure (`launch.latency.LoadFigures`), held to
+    the load's bounds: its aggregate floor and latency bounds in every start, and each further
+    start's aggregate rate within `spread_max` of start 1's."""
+    gate = load_gate(load.name)
+    if not starts:
+        return _missing(gate, f"rows of load {load.name} in start 1")
+    latency_bounds: list[tuple[str, str, float | None]] = [
+        ("ttft", "p99", load.ttft_p99_max_ms),
+        ("itl", "p99", load.itl_p99_max_ms),
+        ("tpot", "p50", load.tpot_p50_max_ms),
+    ]
+    problems: list[str] = []
+    shown: list[str] = []
+    measured: dict[str, object] = {}
+    rates: dict[int, float | None] = {}
+    for start, rows in starts:
+        figures = LoadFigures.of(rows)
+        measured[f"start-{start}"] = figures.as_details()
+        rate = rates[start] = figures.aggregate_tok_s
+        text = f"start {start}"
+        if load.floor_tok_s is not None and (rate is None or rate < load.floor_tok_s):
+            found = "no rate" if rate is None else f"{rate:.1f} tok/s"
+            problems.append(f"{text} aggregate {found} < floor {load.floor_tok_s:g} tok/s")
+        for name, quantile, limit in latency_bounds:
+            figure = getattr(figures.latency, name)
+            value = None if figure is None else getattr(figure, quantile)
+            label = f"{text} {name.upper()} {quantile}"
+            if limit is not None and value is None:
+                problems.append(f"{label}: none measured (expected <= {limit:g} ms)")
+            elif limit is not None and value is not None and value * 1e3 > limit:
+                problems.append(f"{label} {value * 1e3:.1f} ms > {limit:g} ms")
+        shown.append(
+            f"{text}: {figures.requests} requests, "
+            + ("no aggregate rate" if rate is None else f"{rate:.1f} tok/s aggregate")
+            + _latency_text(figures.latency)
+        )
+    spread: dict[str, float | None] = {}
+    first = rates.get(starts[0][0])
+    for start, _ in starts[1:]:
+        rate = rates[start]
+        change = None if rate is None or not first else abs(rate - first) / first
+        spread[f"start-{start}"] = change
+        if load.spread_max is not None and (change is None or change > load.spread_max):
+            found = "no rate" if change is None else f"{change:.1%}"
+            problems.append(
+                f"start {start} aggregate rate differs from start 1's by {found} "
+                f"(expected at most {load.spread_max:.1%})"
+            )
+    bounds = {
+        key: value
+        for key, value in (
+            ("floor_tok_s", load.floor_tok_s),
+            ("ttft_p99_max_ms", load.ttft_p99_max_ms),
+            ("itl_p99_max_ms", load.itl_p99_max_ms),
+            ("tpot_p50_max_ms", load.tpot_p50_max_ms),
+            ("spread_max", load.spread_max),
+        )
+        if value is not None
+    }
+    shape: dict[str, object] = (
+        {"concurrency": load.concurrency}
+        if load.concurrency is not None
+        else {"request_rate_per_s": load.request_rate}
+    )
+    summary = f"{load.shape}: " + ("; ".join(problems) if problems else "; ".join(shown))
+    return _verdict(
+        gate, not problems, summary, shape=shape, bounds=bounds, measured=measured, spread=spread
+    )
+
+
+def _latency_text(figures: Latency) -> str:
+    parts = [
+        f"{name} {quantile} {getattr(figure, quantile) * 1e3:.1f} ms"
+        for name, quantile, figure in (
+            ("TTFT", "p99", figures.ttft),
+            ("ITL", "p99", figures.itl),
+        )
+        if figure is not None
+    ]
+    return "".join(f", {part}" for part in parts)
+
+
 # --- engine facts from /metrics -----------------------------------------------------------------
 
 
@@ -771,6 +864,15 @@ def _latency_gate(gates: Gates, evidence: RunEvidence, _: Judging) -> list[Verdi
     return [latency_bounds(gates.latency, starts)]
 
 
+def _load_gates(gates: Gates, evidence: RunEvidence, _: Judging) -> list[Verdict]:
+    return [
+        load_verdict(
+            load, [(n + 1, rows) for n, rows in enumerate(evidence.loads.get(load.name, ()))]
+        )
+        for load in gates.loads
+    ]
+
+
 GATES: Final = (
     GateKind("exact_token_ids", "the rows and the teacher",
              _with_teacher("exact_token_ids", exact_token_ids), gatetext.exact_token_ids_plan,
@@ -802,6 +904,8 @@ GATES: Final = (
              gatetext.stall_plan, gatetext.stall_shown),
     GateKind("latency", "the client's token times of every start", _latency_gate,
              gatetext.latency_plan, gatetext.latency_shown),
+    GateKind(LOAD_GATE, "the client's send and token times of every start under each load",
+             _load_gates, gatetext.load_plan, gatetext.load_shown),
     GateKind(LIVE_AUDIT_GATE, "each start's live audit", None, gatetext.per_start_plan,
              gatetext.audit_shown),
     GateKind(SERVER_LOG_GATE, "each start's server log", None, gatetext.per_start_plan, None),

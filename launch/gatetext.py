@@ -153,6 +153,25 @@ def latency_plan(gates: Gates) -> Plan:
     return [("latency", text + ", in every start")]
 
 
+def load_plan(gates: Gates) -> Plan:
+    plans = []
+    for load in gates.loads:
+        bounds = [
+            f"{label} {value:g}{unit}"
+            for label, value, unit in (
+                ("aggregate >=", load.floor_tok_s, " tok/s"),
+                ("TTFT p99 <=", load.ttft_p99_max_ms, " ms"),
+                ("ITL p99 <=", load.itl_p99_max_ms, " ms"),
+                ("TPOT p50 <=", load.tpot_p50_max_ms, " ms"),
+                ("starts' aggregate within", load.spread_max, " of start 1's"),
+            )
+            if value is not None
+        ]
+        held = ", ".join(bounds) + ", in every start" if bounds else "measured, no bound"
+        plans.append((f"load:{load.name}", f"the suite at {load.shape}: {held}"))
+    return plans
+
+
 def per_start_plan(gates: Gates) -> Plan:
     """The gates a run adds for each start (its live audit, its log): nothing to declare."""
     return []
@@ -295,3 +314,13 @@ def latency_shown(details: Details, gates: Gates, name: str) -> Shown:
     p99 = itl.get("p99_s") if isinstance(itl, dict) else None
     shown = NONE if not isinstance(p99, (int, float)) else f"start 1 ITL p99 {p99 * 1e3:.1f} ms"
     return Shown(shown, "the declared bounds")
+
+
+def load_shown(details: Details, gates: Gates, name: str) -> Shown:
+    measured = _mapping(details, "measured")
+    first = measured.get("start-1") if measured else None
+    rate = first.get("aggregate_tok_s") if isinstance(first, dict) else None
+    shown = NONE if not isinstance(rate, (int, float)) else f"start 1 {rate:.1f} tok/s aggregate"
+    load = next((load for load in gates.loads if f"load:{load.name}" == name), None)
+    bound = NONE if load is None or load.floor_tok_s is None else f">= {load.floor_tok_s:g} tok/s"
+    return Shown(shown, bound)

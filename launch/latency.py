@@ -150,3 +150,70 @@ def stalls(rows: Sequence[OracleRow], factor: float, min_s: float) -> list[Stall
             if gap.seconds > min_s and gap.seconds > factor * median
         ]
     return found
+
+
+@dataclass(frozen=True)
+class LoadFigures:
+    """What one start's rows under a load (`oracle.loads`) measure, from the client's sealed
+    send times and token times: `duration_s` runs from the first send to the last token read;
+    the aggregate rate is every output token over it; a request's rate is its output tokens
+    over its own first-send-to-last-token time."""
+
+    requests: int
+    input_tokens: int
+    output_tokens: int
+    duration_s: float
+    aggregate_tok_s: float | None
+    """None when the duration is 0 (no token read after the first send's clock tick)."""
+    request_tok_s: Distribution | None
+    latency: Latency
+
+    @classmethod
+    def of(cls, rows: Sequence[OracleRow]) -> LoadFigures:
+        ends = [
+            (row.sent_at_s or 0.0) + row.token_offsets_s[-1] for row in rows if row.token_offsets_s
+        ]
+        starts = [row.sent_at_s or 0.0 for row in rows]
+        duration = max(ends) - min(starts) if ends and starts else 0.0
+        output = sum(row.completion_tokens for row in rows)
+        rates = [
+            row.completion_tokens / row.token_offsets_s[-1]
+            for row in rows
+            if row.token_offsets_s and row.token_offsets_s[-1] > 0
+        ]
+        return cls(
+            requests=len(rows),
+            input_tokens=sum(row.prompt_tokens for row in rows),
+            output_tokens=output,
+            duration_s=duration,
+            aggregate_tok_s=output / duration if duration > 0 else None,
+            request_tok_s=Distribution.of(rates),
+            latency=latency(rows),
+        )
+
+    def as_details(self) -> dict[str, object]:
+        """The figures with their unit in each key, numbers as numbers."""
+
+        def shown(figure: Distribution | None) -> dict[str, float | int] | None:
+            return None if figure is None else figure.as_details()
+
+        request = self.request_tok_s
+        return {
+            "requests": self.requests,
+            "input_tokens": self.input_tokens,
+            "output_tokens": self.output_tokens,
+            "duration_s": self.duration_s,
+            "aggregate_tok_s": self.aggregate_tok_s,
+            "request_tok_s": None
+            if request is None
+            else {
+                "count": request.count,
+                "p50": request.p50,
+                "p90": request.p90,
+                "p99": request.p99,
+                "max": request.max,
+            },
+            "ttft": shown(self.latency.ttft),
+            "itl": shown(self.latency.itl),
+            "tpot": shown(self.latency.tpot),
+        }

@@ -26,6 +26,8 @@ import gc
 import hashlib
 import json
 import re
+import threading
+import time
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Final
@@ -34,7 +36,7 @@ import httpx
 from pydantic import JsonValue
 
 from repro_serving.builder.documents.evidence import OracleRow
-from repro_serving.builder.documents.manifest import ENDPOINTS, Prompt, Suite
+from repro_serving.builder.documents.manifest import ENDPOINTS, Load, Prompt, Suite
 from repro_serving.builder.errors import NotObservable
 from repro_serving.launch.timedpost import BodyPiece, PostFailed, TimedPost
 
@@ -116,11 +118,17 @@ def answer_suite(client: httpx.Client, request: OracleRequest) -> Iterator[Oracl
 
 
 def answer_prompt(
-    client: httpx.Client, request: OracleRequest, index: int, prompt: Prompt
+    client: httpx.Client,
+    request: OracleRequest,
+    index: int,
+    prompt: Prompt,
+    *,
+    load_zero: float | None = None,
 ) -> OracleRow:
     """One streamed request; the row of what it answered. The request goes on a socket of its
     own (`launch.timedpost`) to the client's server, so that each token is timed by the read
-    that brought it."""
+    that brought it. Asked under a load, the row's `sent_at_s` is when it was sent after
+    `load_zero` (`time.perf_counter`, the clock of its token offsets)."""
     path = ENDPOINTS[request.suite.api]
     where = f"prompt {index} ({prompt.id}), POST {client.base_url}{path}"
     url = client.base_url
@@ -134,8 +142,80 @@ def answer_prompt(
     stream = _Stream(where)
     body = json.dumps(request_body(request, prompt)).encode()
     with _collector_off():
-        _stream_answer(url, path, body, stream, where)
-    return stream.row(prompt.id, index)
+        started = _stream_answer(url, path, body, stream, where)
+    row = stream.row(prompt.id, index)
+    if load_zero is None:
+        return row
+    return row.model_copy(update={"sent_at_s": max(started - load_zero, 0.0)})
+
+
+def answer_load(client: httpx.Client, request: OracleRequest, load: Load) -> list[OracleRow]:
+    """Every prompt of the suite asked once under `load`, its rows in suite order, each with
+    when it was sent. Under `concurrency` N, N senders take the prompts in suite order, each
+    the next one as its answer ends; under `request_rate`, prompt i is sent i/rate s after the
+    first, on a sender of its own. Each request is timed as `answer_prompt` times it, the
+    collector held off for the whole load. The first request that fails stops further sends
+    and is raised, naming the load, once those in flight have ended."""
+    prompts = list(enumerate(request.suite.prompts))
+    rows: dict[int, OracleRow] = {}
+    failures: list[OracleFailed] = []
+    taken = iter(prompts)
+    lock = threading.Lock()
+    zero = 0.0  # set as the first request is sent
+
+    def ask(index: int, prompt: Prompt) -> None:
+        try:
+            row = answer_prompt(client, request, index, prompt, load_zero=zero)
+        except OracleFailed as error:
+            with lock:
+                failures.append(error)
+            return
+        with lock:
+            rows[index] = row
+
+    def sender() -> None:
+        while True:
+            with lock:
+                if failures:
+                    return
+                step = next(taken, None)
+            if step is None:
+                return
+            ask(*step)
+
+    with _collector_off():
+        zero = time.perf_counter()
+        if load.concurrency is not None:
+            threads = [
+                threading.Thread(target=sender, name=f"load-{load.name}-{n}", daemon=True)
+                for n in range(min(load.concurrency, len(prompts)))
+            ]
+            for thread in threads:
+                thread.start()
+        else:
+            assert load.request_rate is not None  # the manifest asks for one of the two
+            threads = []
+            for index, prompt in prompts:
+                time.sleep(max(zero + index / load.request_rate - time.perf_counter(), 0.0))
+                if failures:
+                    break
+                thread = threading.Thread(
+                    target=ask, args=(index, prompt), name=f"load-{load.name}-{index}", daemon=True
+                )
+                thread.start()
+                threads.append(thread)
+        for thread in threads:
+            thread.join()
+    if failures:
+        first = failures[0]
+        raise OracleFailed(
+            f"load {load.name!r} ({load.shape}): {first.what}",
+            where=first.where,
+            expected=first.expected,
+            found=first.found,
+            hint=first.hint,
+        )
+    return [rows[index] for index, _ in prompts]
 
 
 @contextlib.contextmanager
@@ -152,16 +232,19 @@ def _collector_off() -> Iterator[None]:
             gc.enable()
 
 
-def _stream_answer(url: httpx.URL, path: str, body: bytes, stream: _Stream, where: str) -> None:
+def _stream_answer(url: httpx.URL, path: str, body: bytes, stream: _Stream, where: str) -> float:
+    """Stream the answer into `stream`; when the request was sent (`time.perf_counter`)."""
     target = url.raw_path.decode("ascii").rstrip("/") + path
     try:
         port = url.port or 80
-        with TimedPost(url.host, port, target, body, timeout_s=REQUEST_TIMEOUT_S) as answer:
+        post = TimedPost(url.host, port, target, body, timeout_s=REQUEST_TIMEOUT_S)
+        with post as answer:
             if answer.status != httpx.codes.OK:
                 raise _refused(answer.status, answer.text(500), path, where)
             stream.feed(answer.head)
             for piece in answer.body():
                 stream.feed(piece)
+        return post.started
     except PostFailed as error:
         raise OracleFailed(
             "the server stopped answering",

@@ -32,6 +32,8 @@ from pathlib import Path
 from types import FrameType
 from typing import Any, Final, cast
 
+import httpx
+
 from repro_serving.builder.documents.evidence import (
     MetricsDelta,
     OracleRow,
@@ -44,7 +46,7 @@ from repro_serving.builder.documents.evidence import (
     Verdict,
     VerdictStatus,
 )
-from repro_serving.builder.documents.manifest import Manifest, Suite, expand
+from repro_serving.builder.documents.manifest import Load, Manifest, Suite, expand
 from repro_serving.builder.documents.nodes import NodesDocument, node_name
 from repro_serving.builder.documents.rundir import (
     AUDIT_DIR,
@@ -61,6 +63,7 @@ from repro_serving.builder.documents.rundir import (
     VERDICTS_FILE,
     RunDirectory,
     RunStatus,
+    load_name,
     rank_dir,
 )
 from repro_serving.builder.errors import BadInput, ExitCode, ReproError
@@ -75,6 +78,7 @@ from repro_serving.builder.placeholders import path_values
 from repro_serving.launch import cluster as nodes
 from repro_serving.launch import gates, metrics, oracle, quality, registry
 from repro_serving.launch import server as lifecycle
+from repro_serving.launch.latency import LoadFigures
 from repro_serving.launch.spec import ServerSpec, server_spec
 from repro_serving.launch.throughput import RowRate, UnmeasurableRow, measure, row_rate
 
@@ -122,7 +126,7 @@ class RunPlan:
 class Event:
     """Progress of a run, for a person watching, or a test acting at a given moment."""
 
-    kind: str  # starting | ready | audited | row | torn-down
+    kind: str  # starting | ready | audited | row | load | torn-down
     start: int
     message: str
     pid: int | None = None
@@ -171,11 +175,18 @@ class StartRecord:
     audit: AuditReport | None = None
     rows: list[OracleRow] = field(default_factory=list)
     metrics: MetricsDelta | None = None
+    loads: dict[str, list[OracleRow]] = field(default_factory=dict)
+    """Each load's rows (`oracle.gates.loads`), asked after the suite, by the load's name."""
     teardown: lifecycle.Teardown | None = None
     phases_s: dict[str, float] = field(default_factory=dict)
     error: ReproError | None = None
     ranks: dict[int, RankRecord] = field(default_factory=dict)
     """Ranks 1.. of a stack served across nodes; empty on one host."""
+
+    @property
+    def answered(self) -> int:
+        """The requests the client posted and saw answered: the suite's and every load's."""
+        return len(self.rows) + sum(len(rows) for rows in self.loads.values())
 
 
 @dataclass(frozen=True)
@@ -398,7 +409,8 @@ def _serve(run: _Run, record: StartRecord, server: lifecycle.RunningServer) -> N
 
 
 def _ask(run: _Run, record: StartRecord, base_url: str, pid: int) -> None:
-    """/metrics, the suite once, /metrics again, each piece written as soon as it exists."""
+    """/metrics, the suite once, /metrics again, then each load and /metrics after it, each
+    piece written as soon as it exists."""
     plan, directory, notify = run.plan, run.directory, run.notify
     with oracle.client_for(base_url) as client:
         with _timed(record, "metrics"):
@@ -415,7 +427,34 @@ def _ask(run: _Run, record: StartRecord, base_url: str, pid: int) -> None:
         with _timed(record, "metrics"):
             after = oracle.read_metrics(client)
             directory.write_text(record.directory / METRICS_AFTER, after)
-    record.metrics = metrics.delta(before, after)
+        record.metrics = metrics.delta(before, after)
+        for load in plan.manifest.oracle.gates.loads:
+            _ask_load(run, record, client, request, load)
+
+
+def _ask_load(
+    run: _Run,
+    record: StartRecord,
+    client: httpx.Client,
+    request: oracle.OracleRequest,
+    load: Load,
+) -> None:
+    """The suite under `load`, its rows written once every request has ended, then /metrics."""
+    directory = run.directory
+    with _timed(record, f"load-{load.name}"):
+        rows = oracle.answer_load(client, request, load)
+        record.loads[load.name] = rows
+        directory.write_rows(record.start, rows, load.name)
+    with _timed(record, "metrics"):
+        after = oracle.read_metrics(client)
+        directory.write_text(record.directory / load_name(load.name) / METRICS_AFTER, after)
+    rate = LoadFigures.of(rows).aggregate_tok_s
+    shown = "no aggregate rate" if rate is None else f"{rate:.1f} tok/s aggregate"
+    run.notify(
+        Event(
+            "load", record.start, f"load {load.name} ({load.shape}): {len(rows)} requests, {shown}"
+        )
+    )
 
 
 def _audit(run: _Run, record: StartRecord, pid: int) -> AuditReport:
@@ -627,6 +666,10 @@ def judge(plan: RunPlan, starts: tuple[StartRecord, ...]) -> tuple[Verdict, ...]
         metrics_after=_read_text(first.directory / METRICS_AFTER),
         server_log=_read_log(first.directory),
         later_starts=tuple(tuple(start.rows) for start in starts[1:]),
+        loads={
+            load.name: tuple(tuple(start.loads.get(load.name, ())) for start in starts)
+            for load in plan.manifest.oracle.gates.loads
+        },
     )
     markers = runtime_markers(plan.manifest.native.kernel_sets, plan.kernels)
     verdicts = gates.judge_run(plan.manifest.oracle.gates, evidence, kernel_markers=markers)
@@ -643,7 +686,7 @@ def _log_verdicts(start: StartRecord) -> tuple[Verdict, ...]:
             start.start,
             _read_bytes(rank_dir(start.directory, rank) / LOG_FILE),
             teardown.log_bytes if teardown is not None else None,
-            answered=0 if rank else len(start.rows),
+            answered=0 if rank else start.answered,
             rank=rank,
         )
         for rank, teardown in teardowns.items()
@@ -749,6 +792,7 @@ def _start_document(record: RunRecord, start: StartRecord) -> dict[str, Any]:
         "phases_s": dict(start.phases_s),
         "audit": None if start.audit is None else _audit_summary(start.audit),
         "rows": [_row_document(record, row) for row in start.rows],
+        "loads": {name: LoadFigures.of(rows).as_details() for name, rows in start.loads.items()},
         "metrics": None if delta is None else delta.model_dump(mode="json"),
         "acceptance": None if delta is None else acceptance(delta),
         "teardown": None if start.teardown is None else _teardown_summary(start.teardown),

@@ -22,6 +22,7 @@ from repro_serving.builder.documents.rundir import (
     DRIFTS_FILE,
     NODES_FILE,
     RUN_FILE,
+    load_name,
     start_name,
 )
 from repro_serving.builder.drift import Drift
@@ -114,6 +115,10 @@ class OpenedBundle:
 
     def start_file(self, start: int, name: str, rank: int = 0) -> Path:
         return self.start(start, rank) / name
+
+    def load_file(self, start: int, load: str, name: str) -> Path:
+        """A file of load `load`'s evidence in start `start` (`oracle.gates.loads`)."""
+        return self.start(start) / load_name(load) / name
 
     def audit_documents(
         self, start: int, rank: int = 0

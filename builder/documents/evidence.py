@@ -53,6 +53,10 @@ class OracleRow(_Record):
     first token came in the answer's first read): a lower bound of the first token's arrival.
     Set with `token_reads`, or not at all."""
     ttft_s: float
+    sent_at_s: float | None = None
+    """A load's row (`oracle.loads`): when its request was sent, from the load's first send, on
+    the clock of its token offsets; None for the single-stream suite's rows, asked one after
+    another."""
     finish_reason: str | None = None
     text: str | None = None
     """The output text, when the run kept it (what `[[oracle.quality]]` checks read); its
@@ -80,6 +84,8 @@ def _stream_problem(row: OracleRow) -> str | None:
     within one read, reads in order, and the ids of one read at its one time, later reads
     later."""
     offsets = row.token_offsets_s
+    if row.sent_at_s is not None and not 0.0 <= row.sent_at_s < float("inf"):
+        return f"sent_at_s {row.sent_at_s!r} is not a time since the load's first send"
     if len(offsets) != len(row.token_ids):
         return f"{len(offsets)} token offsets for {len(row.token_ids)} token ids"
     if any(later < earlier for earlier, later in pairwise(offsets)):
@@ -168,6 +174,8 @@ class RunEvidence(_Record):
     metrics_after: str | None = None
     """The raw `/metrics` text read after the suite of the first start: its info gauges
     (e.g. `vllm:cache_config_info`) are the engine's own report of its configuration."""
+    loads: dict[str, tuple[tuple[OracleRow, ...], ...]] = Field(default_factory=dict)
+    """Each load's rows (`oracle.loads`, by name), one tuple a start (start 1, 2, …)."""
 
 
 class VerdictStatus(StrEnum):

@@ -746,6 +746,43 @@ class FreshStartThroughputGate(_Frozen):
     conventional median over `throughput.tokens` tokens."""
 
 
+class Load(_Frozen):
+    """A load shape the suite is asked under on each fresh start, after its single stream: the
+    same prompts, each asked once, by the same timed client (`launch.oracle.answer_load`).
+    Exactly one of `concurrency` (at most N requests in flight, the next prompt in suite order
+    sent as an answer ends) and `request_rate` (one request every 1/rate s, in suite order,
+    however many are in flight). Its verdict (`load:<name>`) gives, per start, the aggregate
+    and per-request throughput and the TTFT, ITL and TPOT percentiles (`launch.latency`), and
+    holds them to the bounds declared here; with none declared it only measures."""
+
+    name: Name
+    concurrency: Annotated[int, Field(ge=1, le=256)] | None = None
+    request_rate: Annotated[float, Field(gt=0, le=10_000)] | None = None
+    """Requests per second, sent at fixed spacing (no random arrivals: a replay sends alike)."""
+    floor_tok_s: Annotated[float, Field(gt=0)] | None = None
+    """Lower bound of the aggregate output rate: output tokens / (first send to last token)."""
+    ttft_p99_max_ms: Annotated[float, Field(gt=0)] | None = None
+    itl_p99_max_ms: Annotated[float, Field(gt=0)] | None = None
+    tpot_p50_max_ms: Annotated[float, Field(gt=0)] | None = None
+    spread_max: Annotated[float, Field(gt=0, lt=1)] | None = None
+    """Bound on |aggregate rate of start k - start 1's| / start 1's, for every further start."""
+
+    @model_validator(mode="after")
+    def _one_shape(self) -> Self:
+        if (self.concurrency is None) == (self.request_rate is None):
+            expected = "exactly one of concurrency or request_rate"
+            found = "both" if self.concurrency is not None else "neither"
+            _raise_all("Load", [_violation((), "load shape", expected, found)])
+        return self
+
+    @property
+    def shape(self) -> str:
+        """How it loads the server, as a person reads it."""
+        if self.concurrency is not None:
+            return f"concurrency {self.concurrency}"
+        return f"{self.request_rate:g} requests/s"
+
+
 class Gates(_Frozen):
     exact_token_ids: bool = True
     text_sha256: bool = True
@@ -768,6 +805,8 @@ class Gates(_Frozen):
     `fresh_starts` of at least 2."""
     stall: StallGate | None = None
     latency: LatencyGate | None = None
+    loads: tuple[Load, ...] = ()
+    """Load shapes each start asks after its single-stream suite, in this order."""
 
     @model_validator(mode="after")
     def _valid_patterns(self) -> Self:
@@ -778,6 +817,7 @@ class Gates(_Frozen):
             ("metrics_info",), (g.family for g in self.metrics_info), "info family"
         )
         violations += self._rate_reproduction()
+        violations += _duplicates(("loads",), (load.name for load in self.loads), "load name")
         _raise_all("Gates", violations)
         return self
 
@@ -864,9 +904,14 @@ class Oracle(_Frozen):
     """Checks of the answers' text, each reported on its own: never a gate, never part of
     exactness (a run passes or fails on `gates` alone)."""
 
+    @property
+    def load_names(self) -> tuple[str, ...]:
+        return tuple(load.name for load in self.gates.loads)
+
     @model_validator(mode="after")
     def _distinct_checks(self) -> Self:
-        _raise_all("Oracle", _duplicates(("quality",), (c.name for c in self.quality), "check"))
+        violations = _duplicates(("quality",), (c.name for c in self.quality), "check")
+        _raise_all("Oracle", violations)
         return self
 
 

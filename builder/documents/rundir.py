@@ -15,6 +15,9 @@ RUN_DIR/
     metrics-before.prom  /metrics before the suite, verbatim
     rows.json            the OracleRows, rewritten after each answered prompt
     metrics-after.prom   /metrics after the suite, verbatim
+    load-<name>/         each load of the manifest (`oracle.loads`), asked after the suite:
+      rows.json          its OracleRows in suite order, each with its send time
+      metrics-after.prom /metrics after it (the read before it is the previous one's after)
     teardown.json        every pid of the tree, those that needed SIGKILL; or why teardown failed
   start-2/ …
   verdicts.json          every gate's Verdict
@@ -72,6 +75,9 @@ START_EVIDENCE: Final = (
 HOME and TMPDIR."""
 
 
+LOAD_EVIDENCE: Final = (ROWS_FILE, METRICS_AFTER)
+"""What of a load's directory is evidence: its rows and the `/metrics` read after it."""
+
 RANK_EVIDENCE: Final = (LOG_FILE, TEARDOWN_FILE)
 """What of a rank's directory (rank 1.. of a stack served across nodes) is evidence, beside
 its audit/."""
@@ -84,23 +90,51 @@ def start_name(start: int, rank: int = 0) -> str:
     return f"start-{start}" + (f"/rank-{rank}" if rank else "")
 
 
+def load_name(load: str) -> str:
+    """The directory of load `load`'s evidence inside its start's: `load-c4`."""
+    return f"load-{load}"
+
+
+def metrics_reads(start: str, loads: Sequence[str]) -> list[tuple[str | None, str, str]]:
+    """Each phase of start directory `start` asked of the server, in order, with the
+    `/metrics` reads around it: (None for the suite or the load's name, the read before, the
+    read after), by path in the run directory. A load's read before is the phase before's
+    read after: the client asked nothing between them."""
+    phases: list[tuple[str | None, str, str]] = []
+    before = f"{start}/{METRICS_BEFORE}"
+    for load in (None, *loads):
+        after = (
+            f"{start}/{METRICS_AFTER}"
+            if load is None
+            else (f"{start}/{load_name(load)}/{METRICS_AFTER}")
+        )
+        phases.append((load, before, after))
+        before = after
+    return phases
+
+
 def rank_dir(start_dir: Path, rank: int) -> Path:
     """Where rank `rank`'s evidence of a start lies: rank 0's is the start's own."""
     return start_dir if rank == 0 else start_dir / f"rank-{rank}"
 
 
 def evidence_names(
-    starts: int, roles: Iterable[str], ranks: Mapping[int, Iterable[str]] | None = None
+    starts: int,
+    roles: Iterable[str],
+    ranks: Mapping[int, Iterable[str]] | None = None,
+    loads: Sequence[str] = (),
 ) -> set[str]:
     """Every evidence file of a complete run of `starts` fresh starts whose trees held
-    `roles` (and, served across nodes, whose rank R held `ranks[R]`, nodes.json beside), by
-    its path in the run directory (a bundle seals them under evidence/)."""
+    `roles` (and, served across nodes, whose rank R held `ranks[R]`, nodes.json beside), each
+    start asked the suite and then each of `loads`, by its path in the run directory (a bundle
+    seals them under evidence/)."""
     names = set(RUN_EVIDENCE)
     if ranks:
         names.add(NODES_FILE)
     for number in range(1, starts + 1):
         start = start_name(number)
         names |= {f"{start}/{name}" for name in START_EVIDENCE}
+        names |= {f"{start}/{load_name(load)}/{name}" for load in loads for name in LOAD_EVIDENCE}
         names |= _audit_names(start, roles)
         for rank, rank_roles in (ranks or {}).items():
             at = start_name(number, rank)
@@ -176,10 +210,10 @@ class RunDirectory:
         atomic_write(path, data)
         return path
 
-    def write_rows(self, start: int, rows: Sequence[OracleRow]) -> Path:
-        return self.write_json(
-            Path(start_name(start)) / ROWS_FILE, [row.model_dump(mode="json") for row in rows]
-        )
+    def write_rows(self, start: int, rows: Sequence[OracleRow], load: str | None = None) -> Path:
+        """The suite's rows of `start`, or those of its load `load`."""
+        at = Path(start_name(start)) if load is None else Path(start_name(start), load_name(load))
+        return self.write_json(at / ROWS_FILE, [row.model_dump(mode="json") for row in rows])
 
     def write_status(
         self,
