@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Final
 
@@ -79,6 +79,8 @@ class ClaimCheck:
     value: str
     ok: bool
     detail: str = ""
+    figures: Mapping[str, object] = field(default_factory=dict)
+    """The numbers behind `value` for a machine, each unit in its key (`..._tok_s`, `..._s`)."""
 
 
 def content_check(

@@ -48,6 +48,7 @@ from repro_serving.builder.documents.evidence import (
     Verdicts,
     VerdictStatus,
 )
+from repro_serving.builder.documents.formats import tag_problems
 from repro_serving.builder.documents.lock import (
     EvidenceClass,
     OracleRowClaim,
@@ -103,7 +104,7 @@ from repro_serving.builder.vllmlog import (
     logged_version_problems,
 )
 from repro_serving.launch import consistency, metrics, quality
-from repro_serving.launch.gates import audit_verdict, judge_run, server_log_verdict
+from repro_serving.launch.gates import audit_verdict, judge_run, kind_of, server_log_verdict
 from repro_serving.launch.spec import RUN_PRIVATE_ENV
 
 _FIRST_ROWS: Final = f"{bundle.EVIDENCE_DIR}/{start_name(1)}/{ROWS_FILE}"
@@ -128,6 +129,18 @@ class VerifyReport:
         return not self.findings and all(check.ok for check in self.checks)
 
 
+def _formats_refused(problems: list[str]) -> ClaimCheck:
+    """The one check of a bundle whose documents another repro wrote: nothing more is read."""
+    return ClaimCheck(
+        "format tags = the formats this repro reads",
+        EvidenceClass.SEALED,
+        "written by another repro",
+        False,
+        _shown(problems)
+        + "; verify it with the repro it carries in tools/: ./launch --verify-only",
+    )
+
+
 def verify(path: Path, trusted: TrustedKeys, *, anchor: Path | None = None) -> VerifyReport:
     """Verify the bundle at `path` from its sealed files alone. `builder.hostcheck.verify_here`
     adds what this host is, against it (`--host`).
@@ -144,6 +157,10 @@ def opened(
     integrity = verify_bundle(path, trusted)
     if not integrity.ok:
         return VerifyReport(path, integrity.key_ids, (), integrity.findings), None
+    statement = integrity.statement
+    problems = tag_problems(statement.format_tags()) if statement is not None else []
+    if problems:
+        return VerifyReport(path, integrity.key_ids, (_formats_refused(problems),), ()), None
     sealed = JudgedBundle.read(path, anchor)
     checks = (
         *recompute(sealed, handoff=not integrity.sealed_run, sealed_run=integrity.sealed_run),
@@ -492,6 +509,7 @@ def _throughput_checks(
                 f"{value!r} tok/s",
                 None not in (value, locked) and abs(value - locked) <= 1e-12,
                 f"locked {locked!r}",
+                figures={f"{name}_tok_s": value, f"locked_{name}_tok_s": locked},
             )
         )
     return checks
@@ -1095,6 +1113,11 @@ def _gates_check(sealed: JudgedBundle) -> ClaimCheck:
         f"{len(ours) - len(failed)}/{len(ours)} pass or n/a",
         not problems,
         "; ".join(problems),
+        figures={
+            verdict.gate: verdict.details
+            for verdict in ours
+            if (kind := kind_of(verdict.gate)) is not None and kind.measures and verdict.details
+        },
     )
 
 

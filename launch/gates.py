@@ -425,10 +425,10 @@ def throughput(gate: ThroughputGate, rows: Sequence[OracleRow], sealed: float) -
     )
     details: dict[str, object] = {
         "tokens": gate.tokens,
-        "conventional_median": median,
-        "sealed_conventional": sealed,
+        "conventional_median_tok_s": median,
+        "sealed_conventional_tok_s": sealed,
         "floor": gate.floor,
-        "floor_rate": floor_rate,
+        "floor_rate_tok_s": floor_rate,
         **_per_row(measured),
     }
     if gate.floor_tok_s is not None:
@@ -448,11 +448,14 @@ def throughput(gate: ThroughputGate, rows: Sequence[OracleRow], sealed: float) -
             + ", ".join(f"{prompt} {rate:.2f} tok/s" for prompt, rate in slow.items())
         )
         details["prompt_floor"] = gate.prompt_floor
-        details["prompt_floor_rate"] = prompt_rate
-        details["prompts_below"] = slow
+        details["prompt_floor_rate_tok_s"] = prompt_rate
+        details["prompts_below_tok_s"] = slow
     if gate.record_historical:
         summary += f"; historical N/span median {measured.historical_median:.2f} (not gated)"
-        details["historical"] = {"label": HISTORICAL_LABEL, "median": measured.historical_median}
+        details["historical"] = {
+            "label": HISTORICAL_LABEL,
+            "median_tok_s": measured.historical_median,
+        }
     return _verdict("throughput", passed, summary, **details)
 
 
@@ -489,8 +492,8 @@ def fresh_start_throughput(
         passed,
         summary,
         start=start,
-        first_conventional=reference,
-        conventional=found,
+        first_conventional_tok_s=reference,
+        conventional_tok_s=found,
         deviation=deviation,
         relative_tolerance=gate.relative_tolerance,
     )
@@ -720,6 +723,9 @@ class GateKind:
     """None: the verdict's summary is what it measured."""
     bound: str = gatetext.NONE
     """The bound a report shows when the evidence is missing."""
+    measures: bool = False
+    """Its verdict's details are performance figures (rates, latencies), each unit in its key:
+    what `repro verify --json` gives a machine as numbers."""
 
 
 def _with_teacher(
@@ -894,18 +900,18 @@ GATES: Final = (
     GateKind("spec_decode", "the /metrics diff", _spec_decode_gate, gatetext.spec_decode_plan,
              gatetext.spec_decode_shown, "the declared acceptance bounds"),
     GateKind("throughput", "the rows and the teacher's rate", _throughput_gate,
-             gatetext.throughput_plan, gatetext.throughput_shown, "the floor"),
+             gatetext.throughput_plan, gatetext.throughput_shown, "the floor", measures=True),
     GateKind("fresh_starts", "the rows of every start", _fresh_start_gates,
              gatetext.fresh_starts_plan, gatetext.fresh_start_shown,
              "start 1's token ids, every row"),
     GateKind("fresh_start_throughput", "the rows of every start", _fresh_start_throughput_gates,
-             gatetext.fresh_rate_plan, gatetext.fresh_rate_shown),
+             gatetext.fresh_rate_plan, gatetext.fresh_rate_shown, measures=True),
     GateKind("stall", "the client's token times of every start", _stall_gate,
-             gatetext.stall_plan, gatetext.stall_shown),
+             gatetext.stall_plan, gatetext.stall_shown, measures=True),
     GateKind("latency", "the client's token times of every start", _latency_gate,
-             gatetext.latency_plan, gatetext.latency_shown),
+             gatetext.latency_plan, gatetext.latency_shown, measures=True),
     GateKind(LOAD_GATE, "the client's send and token times of every start under each load",
-             _load_gates, gatetext.load_plan, gatetext.load_shown),
+             _load_gates, gatetext.load_plan, gatetext.load_shown, measures=True),
     GateKind(LIVE_AUDIT_GATE, "each start's live audit", None, gatetext.per_start_plan,
              gatetext.audit_shown),
     GateKind(SERVER_LOG_GATE, "each start's server log", None, gatetext.per_start_plan, None),
@@ -1200,7 +1206,7 @@ def captured_throughput(gate: ThroughputGate, rows: Sequence[OracleRow]) -> Verd
         summary=summary,
         details={
             "tokens": gate.tokens,
-            "conventional_median": measured.conventional_median,
+            "conventional_median_tok_s": measured.conventional_median,
             **_per_row(measured),
         },
     )
@@ -1209,6 +1215,6 @@ def captured_throughput(gate: ThroughputGate, rows: Sequence[OracleRow]) -> Verd
 def _per_row(measured: Throughput) -> dict[str, object]:
     """Each row's rate, and why those that are lower bounds are, for a verdict's details."""
     return {
-        "rows": {rate.prompt_id: rate.conventional for rate in measured.rows},
+        "rows_tok_s": {rate.prompt_id: rate.conventional for rate in measured.rows},
         "lower_bounds": measured.lower_bounds,
     }

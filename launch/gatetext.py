@@ -258,9 +258,9 @@ def spec_decode_shown(details: Details, gates: Gates, name: str) -> Shown:
 
 
 def throughput_shown(details: Details, gates: Gates, name: str) -> Shown:
-    median, tokens = _number(details, "conventional_median"), _number(details, "tokens")
-    floor, floor_rate = _number(details, "floor"), _number(details, "floor_rate")
-    sealed = _number(details, "sealed_conventional")
+    median, tokens = _number(details, "conventional_median_tok_s"), _number(details, "tokens")
+    floor, floor_rate = _number(details, "floor"), _number(details, "floor_rate_tok_s")
+    sealed = _number(details, "sealed_conventional_tok_s")
     if median is None or tokens is None or floor_rate is None:
         return Shown(NONE, NONE)
     bound = f">= {floor_rate:.2f} tok/s"
@@ -277,7 +277,10 @@ def fresh_start_shown(details: Details, gates: Gates, name: str) -> Shown:
 
 
 def fresh_rate_shown(details: Details, gates: Gates, name: str) -> Shown:
-    found, first = _number(details, "conventional"), _number(details, "first_conventional")
+    found, first = (
+        _number(details, "conventional_tok_s"),
+        _number(details, "first_conventional_tok_s"),
+    )
     deviation = _number(details, "deviation")
     tolerance = _number(details, "relative_tolerance")
     if found is None or first is None or deviation is None or tolerance is None:

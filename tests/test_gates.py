@@ -482,8 +482,8 @@ def test_a_floor_above_what_was_measured_fails(record: Record) -> None:
         VerdictStatus.FAIL,
         "conventional median 101.94 tok/s over 100 tokens < floor 104.50 (0.95 of sealed 110.00)",
     )
-    assert verdict.details["conventional_median"] == CONVENTIONAL_MEDIAN
-    assert verdict.details["floor_rate"] == 0.95 * 110.0
+    assert verdict.details["conventional_median_tok_s"] == CONVENTIONAL_MEDIAN
+    assert verdict.details["floor_rate_tok_s"] == 0.95 * 110.0
 
 
 def test_a_run_ten_percent_slower_than_the_record_fails(record: Record) -> None:
@@ -496,7 +496,7 @@ def test_a_run_ten_percent_slower_than_the_record_fails(record: Record) -> None:
     assert verdict.summary == (
         "conventional median 92.67 tok/s over 100 tokens < floor 96.84 (0.95 of sealed 101.94)"
     )
-    assert verdict.details["conventional_median"] == pytest.approx(
+    assert verdict.details["conventional_median_tok_s"] == pytest.approx(
         CONVENTIONAL_MEDIAN / 1.1, rel=1e-12
     )
 
@@ -554,7 +554,7 @@ def test_a_row_read_out_of_a_backlog_is_a_lower_bound_in_the_gated_median_by_nam
     assert asis.details == gates.throughput(THROUGHPUT, rows, CONVENTIONAL_MEDIAN).details, (
         "numbered as the record's offsets say: the same rates"
     )
-    rates, bounded = asis.details["rows"], verdict.details["rows"]
+    rates, bounded = asis.details["rows_tok_s"], verdict.details["rows_tok_s"]
     assert isinstance(rates, dict) and isinstance(bounded, dict)
     assert bounded[late] < rates[late]
     assert {k: v for k, v in bounded.items() if k != late} == {

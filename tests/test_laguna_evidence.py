@@ -109,7 +109,7 @@ def test_the_floor_of_a_performance_reproduction_is_95_percent_of_the_convention
     record: Record,
 ) -> None:
     verdict = gates.throughput(THROUGHPUT, record.bench.rows, CONVENTIONAL_MEDIAN)
-    assert verdict.details["floor_rate"] == 96.84463517816175
+    assert verdict.details["floor_rate_tok_s"] == 96.84463517816175
     assert verdict.status is VerdictStatus.PASS
     assert verdict.summary == (
         "conventional median 101.94 tok/s over 100 tokens >= floor 96.84 (0.95 of sealed "

@@ -160,7 +160,7 @@ def test_one_slow_prompt_fails_the_prompt_floor_naming_it() -> None:
     assert verdict.status is VerdictStatus.FAIL
     assert f"1 of 5 prompt(s) below {0.5 * sealed:.2f}" in verdict.summary
     assert rows[2].prompt_id in verdict.summary
-    assert list(verdict.details["prompts_below"]) == [rows[2].prompt_id]
+    assert list(verdict.details["prompts_below_tok_s"]) == [rows[2].prompt_id]
     median_only = ThroughputGate(tokens=32, floor=0.25)
     assert gates.throughput(median_only, rows, sealed).status is VerdictStatus.PASS
 

@@ -7,6 +7,7 @@ from collections import Counter
 from pathlib import Path
 from typing import Literal, Self
 
+from pydantic import Field, JsonValue
 from rich.table import Table
 
 from repro_serving.builder.documents.lock import EvidenceClass
@@ -61,6 +62,9 @@ class ClaimOutput(Output):
     ok: bool
     detail: str
     """Why it failed, or what it leaves unchecked."""
+    figures: dict[str, JsonValue] = Field(default_factory=dict)
+    """The numbers behind `value`, as numbers, each unit in its key (`..._tok_s`, `..._s`,
+    `..._ms`): what a gate measured, recomputed from the sealed evidence."""
 
 
 class Verification(Output):
@@ -86,7 +90,12 @@ class Verification(Output):
             signed_by=report.key_ids,
             claims=tuple(
                 ClaimOutput(
-                    claim=c.claim, evidence=c.evidence, value=c.value, ok=c.ok, detail=c.detail
+                    claim=c.claim,
+                    evidence=c.evidence,
+                    value=c.value,
+                    ok=c.ok,
+                    detail=c.detail,
+                    figures=dict(c.figures),
                 )
                 for c in report.checks
             ),

@@ -3,7 +3,8 @@ in-toto test-result v0.1 of a sealed run's gates.
 
 Provenance (`Statement`, in statement.json): one subject per sealed file (every file of the
 bundle but the seal files, `builder.sealing.bundle.SEAL_FILES`), named by its path in the
-bundle, with its sha256. The predicate says only what repro knows:
+bundle, with its sha256, and a typed document with its format tag in `annotations`
+(`builder.documents.formats`). The predicate says only what repro knows:
 - `buildDefinition.buildType`: `BUILD_TYPE` (a bundle made by `repro build`) or
   `RUN_BUILD_TYPE` (a replay's run sealed by `repro launch`, which carries no launcher: evidence
   to verify, not a bundle to hand over);
@@ -41,7 +42,8 @@ alike) and is strict where a field carries meaning:
   WARNED or FAILED; a test name or configuration entry that is not of its type;
 - ignored: every other field, such as `runDetails.metadata`, `runDetails.byproducts`,
   `internalParameters`, `builder.builderDependencies`, a resource descriptor's
-  `downloadLocation`, `mediaType`, `annotations` or `content`, a test result's `url`.
+  `downloadLocation`, `mediaType`, `annotations` or `content` (but a subject's format tag,
+  which `builder.verify` compares with what this repro reads), a test result's `url`.
 Any JSON formatting is read (bounded as `readers.parse_json` bounds every document); repro
 writes canonical JSON. What the dependencies and gate results must hold is recomputed by
 `builder.verify` from the sealed lock and gate evidence, never taken from here.
@@ -55,11 +57,12 @@ from typing import Annotated, Final, Literal, Self
 from urllib.parse import quote
 
 from packaging.utils import canonicalize_name
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field, field_validator
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, JsonValue, field_validator
 
 from repro_serving import DISTRIBUTION
 from repro_serving.builder.canonical import canonical_json
 from repro_serving.builder.documents import validate_document
+from repro_serving.builder.documents.formats import ANNOTATION, tags
 from repro_serving.builder.documents.lock import Lock
 from repro_serving.builder.errors import BadInput
 from repro_serving.builder.own import release
@@ -132,6 +135,18 @@ class Digest(_Exact):
 class Subject(_Read):
     name: BundlePath
     digest: Digest
+    annotations: dict[str, JsonValue] | None = None
+    """in-toto's free-form annotations; repro writes a typed document's format tag in them
+    (`builder.documents.formats`)."""
+
+    @property
+    def format_tag(self) -> str | None:
+        """The format tag the subject carries; a value that is not text is shown as text, so
+        that it is refused as another tag."""
+        if self.annotations is None or ANNOTATION not in self.annotations:
+            return None
+        value = self.annotations[ANNOTATION]
+        return value if isinstance(value, str) else repr(value)
 
 
 class ResourceDescriptor(_Read):
@@ -250,6 +265,10 @@ class _Statement(_Read):
         """Sealed path to sha256."""
         return {subject.name: subject.digest.sha256 for subject in self.subject}
 
+    def format_tags(self) -> dict[str, str | None]:
+        """Sealed path to the format tag its subject carries (None for none)."""
+        return {subject.name: subject.format_tag for subject in self.subject}
+
 
 class Statement(_Statement):
     """The provenance of a bundle or sealed run (statement.json)."""
@@ -303,8 +322,15 @@ def repro_version() -> str:
 
 
 def _subjects(digests: Mapping[str, str]) -> tuple[Subject, ...]:
+    """One subject a sealed file, a typed document's with its format tag."""
+    tagged = tags(digests)
     return tuple(
-        Subject(name=name, digest=Digest(sha256=digests[name])) for name in sorted(digests)
+        Subject(
+            name=name,
+            digest=Digest(sha256=digests[name]),
+            annotations={ANNOTATION: tagged[name]} if name in tagged else None,
+        )
+        for name in sorted(digests)
     )
 
 
