@@ -5,13 +5,12 @@ SIGKILLed at every step leaving nothing at the target that a restore calls ALREA
 from __future__ import annotations
 
 import hashlib
-import os
-import signal
 import subprocess
 from pathlib import Path
 
 import pytest
 from gitrepo import ENGINE, commit_all, run_git
+from killed import killed_at
 
 from repro_serving.builder.documents.manifest import Source
 from repro_serving.builder.documents.sources import compare
@@ -308,22 +307,7 @@ def test_a_pinned_patch_that_does_not_apply_is_refused_naming_it(upstream: Upstr
 
 def _restore_killed_at(upstream: Upstream, pins: Source, step: int, *, force: bool) -> None:
     """Restore in a forked child that SIGKILLs itself right after progress message `step`."""
-    pid = os.fork()
-    if pid == 0:  # the child: never returns into pytest
-        try:
-            seen = 0
-
-            def kill_at(_message: str) -> None:
-                nonlocal seen
-                seen += 1
-                if seen == step:
-                    os.kill(os.getpid(), signal.SIGKILL)
-
-            _restore(upstream, pins, progress=kill_at, force=force)
-        finally:
-            os._exit(0)
-    _, status = os.waitpid(pid, 0)
-    assert os.WIFSIGNALED(status) and os.WTERMSIG(status) == signal.SIGKILL
+    killed_at(lambda progress: _restore(upstream, pins, progress=progress, force=force), step)
 
 
 def _reset(upstream: Upstream, existing: str | None) -> None:
