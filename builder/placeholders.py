@@ -12,7 +12,7 @@ from pathlib import Path
 from repro_serving.builder.documents.manifest import Manifest, Model, expand, normal_path
 from repro_serving.builder.errors import NotObservable
 from repro_serving.builder.native.pyenv import parse_venv_config
-from repro_serving.builder.readers import ENVIRONMENT_FILE_LIMIT, NoSuchFile, read_bytes
+from repro_serving.builder.readers import ENVIRONMENT_FILE_LIMIT, read_needed
 
 
 @dataclass(frozen=True)
@@ -27,16 +27,15 @@ class Venv:
     @classmethod
     def at(cls, root: Path) -> Venv:
         config = root / "pyvenv.cfg"
-        try:
-            data = read_bytes(config, limit=ENVIRONMENT_FILE_LIMIT, what="pyvenv.cfg")
-        except NoSuchFile as error:
-            raise NotObservable(
-                "the serving virtual environment is missing",
-                where=str(config),
-                expected="a virtual environment made by `python -m venv`",
-                found=error.found,
-                hint="create it with `make serve-env`",
-            ) from error
+        data = read_needed(
+            config,
+            limit=ENVIRONMENT_FILE_LIMIT,
+            what="pyvenv.cfg",
+            missing="the serving virtual environment is missing",
+            expected="a virtual environment made by `python -m venv`",
+            refusal=NotObservable,
+            hint="create it with `make serve-env`",
+        )
         values = parse_venv_config(data.decode("utf-8", errors="replace"))
         home, version = values.get("home"), values.get("version_info") or values.get("version")
         if not home or not version:

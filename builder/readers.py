@@ -158,6 +158,27 @@ def read_bytes(path: Path | str, *, limit: int, what: str, follow_symlinks: bool
     return b"".join(chunks)
 
 
+def read_needed(
+    path: Path | str,
+    *,
+    limit: int,
+    what: str,
+    missing: str,
+    expected: str,
+    refusal: type[ReproError] = BadInput,
+    hint: str | None = None,
+) -> bytes:
+    """`read_bytes` of a file the caller needs: its absence is refused in the caller's words,
+    `refusal(missing, expected=expected, hint=hint)` with the reader's `found`; every other
+    refusal as `read_bytes` raises it."""
+    try:
+        return read_bytes(path, limit=limit, what=what)
+    except NoSuchFile as error:
+        raise refusal(
+            missing, where=os.fspath(path), expected=expected, found=error.found, hint=hint
+        ) from error
+
+
 def read_json(path: Path | str, *, limit: int, what: str, follow_symlinks: bool = True) -> Any:
     """The value of the JSON file `path`, read and parsed within the bounds above."""
     data = read_bytes(path, limit=limit, what=what, follow_symlinks=follow_symlinks)

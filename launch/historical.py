@@ -30,10 +30,9 @@ from repro_serving.builder.documents.evidence import (
 from repro_serving.builder.errors import BadInput
 from repro_serving.builder.readers import (
     EVIDENCE_LIMIT,
-    NoSuchFile,
     NotParsed,
     parse_json,
-    read_bytes,
+    read_needed,
 )
 from repro_serving.launch.metrics import delta
 
@@ -175,15 +174,13 @@ def _malformed(path: Path, what: str, key: str = "", **sides: str) -> BadInput:
 
 
 def _read_text(path: Path) -> str:
-    try:
-        raw = read_bytes(path, limit=EVIDENCE_LIMIT, what="a record file")
-    except NoSuchFile as error:
-        raise BadInput(
-            "cannot read record file",
-            where=str(path),
-            expected="a readable file",
-            found=error.found,
-        ) from None
+    raw = read_needed(
+        path,
+        limit=EVIDENCE_LIMIT,
+        what="a record file",
+        missing="cannot read record file",
+        expected="a readable file",
+    )
     try:
         return raw.decode("utf-8")
     except UnicodeDecodeError as error:

@@ -3,42 +3,17 @@
 from __future__ import annotations
 
 import hashlib
-import os
 import shutil
-import subprocess
 from pathlib import Path
 
 import pytest
+from gitrepo import ENGINE, commit_all, run_git
 
 from repro_serving.builder.documents.manifest import Source
 from repro_serving.builder.documents.sources import SourceFacts, compare
 from repro_serving.builder.drift import Drift, DriftKind
 from repro_serving.builder.errors import NotObservable
 from repro_serving.builder.observe.sources import observe_source
-
-GIT_ENV = {
-    "GIT_AUTHOR_NAME": "repro tests",
-    "GIT_AUTHOR_EMAIL": "tests@repro.invalid",
-    "GIT_COMMITTER_NAME": "repro tests",
-    "GIT_COMMITTER_EMAIL": "tests@repro.invalid",
-    "GIT_CONFIG_GLOBAL": os.devnull,
-    "GIT_CONFIG_NOSYSTEM": "1",
-}
-ENGINE = "def step(x):\n    return x + 1\n\n\ndef scale(x):\n    return 2 * x\n"
-
-
-def run_git(tree: Path, *args: str) -> str:
-    env = {**os.environ, **GIT_ENV}
-    done = subprocess.run(
-        ["git", "-C", str(tree), *args], capture_output=True, text=True, env=env, check=True
-    )
-    return done.stdout.strip()
-
-
-def commit_all(tree: Path, message: str) -> str:
-    run_git(tree, "add", "--all")
-    run_git(tree, "commit", "--quiet", "-m", message)
-    return run_git(tree, "rev-parse", "HEAD")
 
 
 @pytest.fixture

@@ -31,17 +31,26 @@ MANIFESTS = sorted((REPO / "manifests").glob("*.toml"))
 SHADOW = """raise ImportError("an unrelated top-level package {name!r} was imported")\n"""
 
 
-def test_the_package_list_is_every_package_folder_of_the_mapping() -> None:
+def test_discovery_finds_every_folder_of_the_mapping_through_the_links() -> None:
+    """setuptools finds the packages from the checkout's root, through the links under
+    repro_serving/: every folder below a mapped folder (a Python package or one of package
+    data only, such as manifests/ and keys/) is a package, and nothing else is."""
+    discovery = pytest.importorskip("setuptools.discovery")
+    find = SETUPTOOLS["packages"]["find"]
+    assert find["where"] == ["."]
+    finder = discovery.PEP420PackageFinder if find["namespaces"] else discovery.PackageFinder
+    discovered = set(finder.find(str(REPO), include=find["include"]))
     mapped = SETUPTOOLS["package-dir"]
-    found = set()
+    expected = set(mapped)
     for package, folder in mapped.items():
-        if not (REPO / folder / "__init__.py").is_file():
-            found.add(package)  # a folder of package data only (manifests/, keys/)
-            continue
-        for init in (REPO / folder).rglob("__init__.py"):
-            inner = init.parent.relative_to(REPO / folder).parts
-            found.add(".".join((package, *inner)))
-    assert sorted(SETUPTOOLS["packages"]) == sorted(found)
+        for inner in (REPO / folder).rglob("*"):
+            parts = inner.relative_to(REPO / folder).parts
+            if inner.is_dir() and "__pycache__" not in parts and not any("." in p for p in parts):
+                expected.add(".".join((package, *parts)))
+    assert sorted(discovered) == sorted(expected)
+    assert {"repro_serving.builder.commands", "repro_serving.attestation"} <= discovered
+    # the label of `repro --version` digests the files of the same packages
+    assert release.checkout_packages(REPO, SETUPTOOLS) == sorted(discovered)
 
 
 def test_the_links_of_the_checkout_name_the_mapped_folders() -> None:

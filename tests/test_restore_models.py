@@ -8,7 +8,6 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import signal
 import subprocess
 import sys
 import threading
@@ -18,6 +17,7 @@ from pathlib import Path
 from urllib.parse import unquote, urlparse
 
 import pytest
+from killed import killed_at
 
 from repro_serving.builder import tinymodel
 from repro_serving.builder.documents.manifest import Manifest, Model
@@ -257,22 +257,9 @@ def test_importing_the_step_does_not_import_the_hub_client() -> None:
 
 def _restore_killed_at(model: Model, directory: Path, step: int, *, force: bool) -> None:
     """Restore in a forked child that SIGKILLs itself right after progress message `step`."""
-    pid = os.fork()
-    if pid == 0:  # the child: never returns into pytest
-        try:
-            seen = 0
-
-            def kill_at(_message: str) -> None:
-                nonlocal seen
-                seen += 1
-                if seen == step:
-                    os.kill(os.getpid(), signal.SIGKILL)
-
-            restore_model(model, directory, progress=kill_at, force=force)
-        finally:
-            os._exit(0)
-    _, status = os.waitpid(pid, 0)
-    assert os.WIFSIGNALED(status) and os.WTERMSIG(status) == signal.SIGKILL
+    killed_at(
+        lambda progress: restore_model(model, directory, progress=progress, force=force), step
+    )
 
 
 def test_a_restore_killed_at_any_step_leaves_nothing_a_restore_calls_already(

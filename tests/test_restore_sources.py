@@ -5,12 +5,12 @@ SIGKILLed at every step leaving nothing at the target that a restore calls ALREA
 from __future__ import annotations
 
 import hashlib
-import os
-import signal
 import subprocess
 from pathlib import Path
 
 import pytest
+from gitrepo import ENGINE, commit_all, run_git
+from killed import killed_at
 
 from repro_serving.builder.documents.manifest import Source
 from repro_serving.builder.documents.sources import compare
@@ -19,30 +19,7 @@ from repro_serving.builder.observe.sources import observe_source
 from repro_serving.builder.restore.sources import restore_source
 from repro_serving.builder.restore.step import Action, Progress, StepResult, no_progress
 
-GIT_ENV = {
-    "GIT_AUTHOR_NAME": "repro tests",
-    "GIT_AUTHOR_EMAIL": "tests@repro.invalid",
-    "GIT_COMMITTER_NAME": "repro tests",
-    "GIT_COMMITTER_EMAIL": "tests@repro.invalid",
-    "GIT_CONFIG_GLOBAL": os.devnull,
-    "GIT_CONFIG_NOSYSTEM": "1",
-}
-ENGINE = "def step(x):\n    return x + 1\n\n\ndef scale(x):\n    return 2 * x\n"
 MISSING = "0123456789abcdef0123456789abcdef01234567"
-
-
-def run_git(tree: Path, *args: str) -> str:
-    env = {**os.environ, **GIT_ENV}
-    done = subprocess.run(
-        ["git", "-C", str(tree), *args], capture_output=True, text=True, env=env, check=True
-    )
-    return done.stdout.strip()
-
-
-def commit_all(tree: Path, message: str) -> str:
-    run_git(tree, "add", "--all")
-    run_git(tree, "commit", "--quiet", "-m", message)
-    return run_git(tree, "rev-parse", "HEAD")
 
 
 def sha256(path: Path) -> str:
@@ -330,22 +307,7 @@ def test_a_pinned_patch_that_does_not_apply_is_refused_naming_it(upstream: Upstr
 
 def _restore_killed_at(upstream: Upstream, pins: Source, step: int, *, force: bool) -> None:
     """Restore in a forked child that SIGKILLs itself right after progress message `step`."""
-    pid = os.fork()
-    if pid == 0:  # the child: never returns into pytest
-        try:
-            seen = 0
-
-            def kill_at(_message: str) -> None:
-                nonlocal seen
-                seen += 1
-                if seen == step:
-                    os.kill(os.getpid(), signal.SIGKILL)
-
-            _restore(upstream, pins, progress=kill_at, force=force)
-        finally:
-            os._exit(0)
-    _, status = os.waitpid(pid, 0)
-    assert os.WIFSIGNALED(status) and os.WTERMSIG(status) == signal.SIGKILL
+    killed_at(lambda progress: _restore(upstream, pins, progress=progress, force=force), step)
 
 
 def _reset(upstream: Upstream, existing: str | None) -> None:

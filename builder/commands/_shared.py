@@ -4,6 +4,7 @@ a refusal listing drifts, for people and as `--json` (the keys are `_keys`')."""
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Literal, Self
 
@@ -12,9 +13,9 @@ from rich.table import Table
 
 from repro_serving.builder.documents.lock import EvidenceClass
 from repro_serving.builder.drift import Difference, Drift
-from repro_serving.builder.errors import BadInput, NotObservable
+from repro_serving.builder.errors import BadInput, ExitCode, NotObservable
 from repro_serving.builder.readers import describe_mode
-from repro_serving.builder.render import Output, Report, console, drift_table, table
+from repro_serving.builder.render import Output, Report, console, drift_table, table, write_report
 from repro_serving.builder.verify import VerifyReport
 
 
@@ -110,6 +111,16 @@ class RefusedOutput(Report):
 
     ok: Literal[False] = False
     drifts: tuple[Drift, ...]
+
+
+def refused_build(drifts: Sequence[Drift], what: str, *, as_json: bool) -> int:
+    """A build refused (`BuildRefused`): every drift, as `RefusedOutput` with --json, else as a
+    table headed `what`; the exit code."""
+    if as_json:
+        write_report(RefusedOutput(drifts=tuple(drifts)))
+    else:
+        console().print(drift_table(drifts, what))
+    return int(ExitCode.CHECK_FAILED)
 
 
 def print_report(report: VerifyReport, *, details: bool = False) -> None:

@@ -14,10 +14,10 @@ from typing import Literal
 
 from repro_serving.builder.build import BuildRefused, build
 from repro_serving.builder.commands._keys import add_signing_key_argument, required_signing_key_path
-from repro_serving.builder.commands._shared import RefusedOutput, output_directory
+from repro_serving.builder.commands._shared import RefusedOutput, output_directory, refused_build
 from repro_serving.builder.errors import ExitCode
 from repro_serving.builder.progress import say
-from repro_serving.builder.render import Report, console, drift_table, write_report
+from repro_serving.builder.render import Report, console, write_report
 from repro_serving.builder.sealing.keys import SigningKey
 
 
@@ -50,12 +50,8 @@ def execute(args: argparse.Namespace) -> int:
     progress = None if args.json else say
     try:
         result = build(args.manifest, key, args.out, run_dir, force=args.force, progress=progress)
-    except BuildRefused as refused:
-        if args.json:
-            write_report(RefusedOutput(drifts=tuple(refused.drifts)))
-        else:
-            console().print(drift_table(refused.drifts, refused.what))
-        return int(ExitCode.CHECK_FAILED)
+    except BuildRefused as refusal:
+        return refused_build(refusal.drifts, refusal.what, as_json=args.json)
     if args.json:
         write_report(SealedOutput(bundle=str(result.sealed.path), key_id=result.sealed.key_id))
     else:

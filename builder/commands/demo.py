@@ -32,6 +32,7 @@ from repro_serving.builder.commands._shared import (
     Verification,
     output_directory,
     print_report,
+    refused_build,
 )
 from repro_serving.builder.commands.launch import PreflightOutput
 from repro_serving.builder.commands.run import RunSummary, print_summary, run_report_error
@@ -39,7 +40,7 @@ from repro_serving.builder.documents.manifest import Manifest
 from repro_serving.builder.errors import BadInput, ExitCode
 from repro_serving.builder.hostcheck import verify_here
 from repro_serving.builder.progress import say as progress
-from repro_serving.builder.render import Report, console, drift_table, table, write_report
+from repro_serving.builder.render import Report, console, table, write_report
 from repro_serving.builder.replay import PreflightRefused, launch
 from repro_serving.builder.sealing.keys import SigningKey, TrustedKeys
 
@@ -101,12 +102,8 @@ def execute(args: argparse.Namespace) -> int:
     say("building the bundle (observe every pin, run the teacher, seal)")
     try:
         built = build(manifest_path, key, out / "bundles", out / "build-run", progress=say)
-    except BuildRefused as refused:
-        if args.json:
-            write_report(RefusedOutput(drifts=tuple(refused.drifts)))
-        else:
-            console().print(drift_table(refused.drifts, refused.what))
-        return int(ExitCode.CHECK_FAILED)
+    except BuildRefused as refusal:
+        return refused_build(refusal.drifts, refusal.what, as_json=args.json)
     say(f"verifying {built.sealed.path} offline and against this host")
     verified = verify_here(built.sealed.path, trusted)
     if not verified.ok:

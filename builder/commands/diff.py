@@ -24,8 +24,8 @@ from pydantic import (
 from rich.table import Table
 
 from repro_serving.builder.documents.lock import Lock
-from repro_serving.builder.errors import BadInput, ExitCode
-from repro_serving.builder.readers import LOCK_LIMIT, NoSuchFile, read_bytes
+from repro_serving.builder.errors import ExitCode
+from repro_serving.builder.readers import LOCK_LIMIT, read_needed
 from repro_serving.builder.render import Output, Report, console, table, write_report
 from repro_serving.builder.report import headline
 from repro_serving.builder.report.differences import (
@@ -175,15 +175,13 @@ def _summary(differences: list[tuple[str, Any, Any]], args: argparse.Namespace) 
 
 def _lock(path: Path) -> Lock:
     file = path / bundle.LOCK if path.is_dir() else path
-    try:
-        data = read_bytes(file, limit=LOCK_LIMIT, what="a lock")
-    except NoSuchFile as error:
-        raise BadInput(
-            "no lock to compare",
-            where=str(file),
-            expected="a lock.json, or a bundle or run directory holding one",
-            found=error.found,
-        ) from error
+    data = read_needed(
+        file,
+        limit=LOCK_LIMIT,
+        what="a lock",
+        missing="no lock to compare",
+        expected="a lock.json, or a bundle or run directory holding one",
+    )
     return Lock.from_bytes(data, where=str(file))
 
 

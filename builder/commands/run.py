@@ -23,7 +23,7 @@ from repro_serving.builder.documents.manifest import Manifest, Suite
 from repro_serving.builder.documents.rundir import TEACHER_FILE, RunStatus, atomic_write, json_bytes
 from repro_serving.builder.errors import BadInput, ExitCode
 from repro_serving.builder.progress import say
-from repro_serving.builder.readers import EVIDENCE_LIMIT, NoSuchFile, parse_json, read_bytes
+from repro_serving.builder.readers import EVIDENCE_LIMIT, parse_json, read_needed
 from repro_serving.builder.render import (
     Output,
     Report,
@@ -179,15 +179,13 @@ def execute(args: argparse.Namespace) -> int:
 
 def read_teacher(path: Path, suite: Suite) -> Teacher:
     """The Teacher JSON at `path`, checked to be of `suite`, its prompts in the suite's order."""
-    try:
-        data = read_bytes(path, limit=EVIDENCE_LIMIT, what="the teacher")
-    except NoSuchFile as error:
-        raise BadInput(
-            "cannot read the teacher",
-            where=str(path),
-            expected="a readable Teacher JSON file",
-            found=error.found,
-        ) from None
+    data = read_needed(
+        path,
+        limit=EVIDENCE_LIMIT,
+        what="the teacher",
+        missing="cannot read the teacher",
+        expected="a readable Teacher JSON file",
+    )
     parse_json(data, where=str(path))  # nesting and numbers bounded before pydantic reads it
     teacher = Teacher.from_bytes(data, where=str(path))  # the reader of the sealed teacher
     expected = [prompt.id for prompt in suite.prompts]

@@ -107,9 +107,16 @@ def build_wheel(source: Path, out: Path, version: str) -> Path:
     readme = project.get("project", {}).get("readme")
     if isinstance(readme, str) and (source / readme).is_file():
         shutil.copy2(source / readme, staging / readme)
-    for directory in _package_dirs(project):
-        # the links of a checkout's repro_serving/ are not copied: package-dir maps the folders
+    mapping = _package_dir(project)
+    for directory in sorted(set(mapping.values())):
+        # links are not copied: package-dir maps the folders
         shutil.copytree(source / directory, staging / directory, ignore=_ignored)
+    for package in sorted(mapping):
+        # ... but setuptools discovers the subpackages through the links of the checkout's
+        # repro_serving/, each the mapped folder of its package: made again in the copy
+        link = Path(*package.split("."))
+        if (source / link).is_symlink():
+            (staging / link).symlink_to((source / link).readlink())
     for name in project.get("project", {}).get("license-files", []):
         shutil.copy2(source / name, staging / name)
     command = [
@@ -166,12 +173,12 @@ def _package_digest(wheel: Path) -> str:
     return files_digest(files)
 
 
-def _package_dirs(project: dict[str, object]) -> list[str]:
-    """The source folders pyproject.toml's `tool.setuptools.package-dir` maps packages to."""
+def _package_dir(project: dict[str, object]) -> dict[str, str]:
+    """pyproject.toml's `tool.setuptools.package-dir`: package → the source folder it maps to."""
     tool = project.get("tool", {})
     setuptools = tool.get("setuptools", {}) if isinstance(tool, dict) else {}
     mapping = setuptools.get("package-dir", {}) if isinstance(setuptools, dict) else {}
-    return sorted({str(folder) for folder in mapping.values()}) if isinstance(mapping, dict) else []
+    return {str(k): str(v) for k, v in mapping.items()} if isinstance(mapping, dict) else {}
 
 
 def _ignored(directory: str, names: list[str]) -> set[str]:

@@ -5,8 +5,8 @@ label), the hex being the first 12 digits of the sha256 of a listing of every fi
 package `repro_serving` as a wheel holds it, one line `<sha256 hex>  repro_serving/<path>` per
 file, sorted by path in code point order, each ending with a line feed (`files_digest`). Two
 trees that differ in a file of the package never write the same version. It is computed the
-same way from a wheel's members, from a checkout (the files setuptools packs from it: each
-listed package's modules and its package data, as pyproject.toml says; links left out, as the
+same way from a wheel's members, from a checkout (the files setuptools packs from it: the
+modules and package data of each package it finds, as pyproject.toml says; links left out, as the
 wheel `repro build` makes leaves them out) and from a repro pip installed (the files its RECORD
 lists under repro_serving/). Bytecode (`__pycache__/`, `*.pyc`) is never part of it. The
 release is pyproject.toml's version in a checkout and the public part of the installed
@@ -24,13 +24,15 @@ from __future__ import annotations
 
 import glob
 import hashlib
+import os
 import re
 import tomllib
 from collections.abc import Mapping
 from dataclasses import dataclass
+from fnmatch import fnmatchcase
 from importlib import metadata
 from pathlib import Path, PurePosixPath
-from typing import Final
+from typing import Any, Final
 
 from repro_serving import DISTRIBUTION
 from repro_serving.builder.errors import NotObservable
@@ -142,18 +144,15 @@ def source_tree() -> Path | None:
 
 def checkout_files(root: Path, project: Mapping[str, object]) -> dict[str, Path]:
     """Member name → file of every file setuptools packs from the checkout at `root`: the
-    modules of each package pyproject.toml lists (`*.py` of its folder, as setuptools globs
-    them) and its package data (pyproject's patterns), links left out."""
-    tool = project.get("tool", {})
-    setuptools = tool.get("setuptools", {}) if isinstance(tool, dict) else {}
-    packages = setuptools.get("packages", []) if isinstance(setuptools, dict) else []
-    folders = setuptools.get("package-dir", {}) if isinstance(setuptools, dict) else {}
-    data = setuptools.get("package-data", {}) if isinstance(setuptools, dict) else {}
+    modules of each of its packages (`checkout_packages`; `*.py` of its folder, as setuptools
+    globs them) and its package data (pyproject's patterns), links left out."""
+    setuptools = _table(_table(project, "tool"), "setuptools")
+    folders = setuptools.get("package-dir", {})
+    data = _table(setuptools, "package-data")
     files: dict[str, Path] = {}
-    for package in packages:
-        folder = root / _folder(str(package), folders)
-        given = data if isinstance(data, dict) else {}
-        patterns = ["*.py", *given.get(package, []), *given.get("*", []), *given.get("", [])]
+    for package in checkout_packages(root, setuptools):
+        folder = root / _folder(package, folders)
+        patterns = ["*.py", *data.get(package, []), *data.get("*", []), *data.get("", [])]
         for pattern in patterns:
             # glob.glob as setuptools globs: names beginning with a dot are never matched
             for found in glob.glob(pattern, root_dir=folder, recursive=True):  # noqa: PTH207
@@ -161,6 +160,49 @@ def checkout_files(root: Path, project: Mapping[str, object]) -> dict[str, Path]
                 if path.is_file() and not path.is_symlink():
                     files[f"{package.replace('.', '/')}/{Path(found).as_posix()}"] = path
     return files
+
+
+def checkout_packages(root: Path, setuptools: Mapping[str, object]) -> list[str]:
+    """The packages setuptools packs from the checkout at `root`, as `tool.setuptools` says:
+    its `packages` list, or those `packages.find` discovers as setuptools does (a walk of each
+    `where` folder that follows links; a folder whose name holds a dot and `__pycache__` are
+    never packages; with namespaces, the default, every other folder is one, else only those
+    holding `__init__.py`; the names `include` matches and `exclude` does not)."""
+    listed = setuptools.get("packages", [])
+    if isinstance(listed, list):
+        return [str(package) for package in listed]
+    find = _table(_table(setuptools, "packages"), "find")
+    include = [str(p) for p in find.get("include", ["*"])]
+    exclude = [str(p) for p in find.get("exclude", [])]
+    namespaces = find.get("namespaces", True) is not False
+    found: list[str] = []
+    for where in find.get("where", ["."]):
+        base = root / str(where)
+        for top in _tops(base, include):
+            for folder, subfolders, _ in os.walk(base / top, followlinks=True):
+                subfolders[:] = sorted(s for s in subfolders if "." not in s and s != "__pycache__")
+                name = ".".join(Path(folder).relative_to(base).parts)
+                wanted = any(fnmatchcase(name, p) for p in include) and not any(
+                    fnmatchcase(name, p) for p in exclude
+                )
+                if wanted and (namespaces or (Path(folder) / "__init__.py").is_file()):
+                    found.append(name)
+    return sorted(found)
+
+
+def _tops(base: Path, include: list[str]) -> list[str]:
+    """The top-level folders of `base` a package that `include` matches can lie in: the first
+    name of each pattern, every folder where a pattern begins with a wildcard."""
+    firsts = {pattern.split(".", 1)[0] for pattern in include}
+    if any(any(c in first for c in "*?[") for first in firsts):
+        return sorted(p.name for p in base.iterdir() if p.is_dir() and "." not in p.name)
+    return sorted(first for first in firsts if (base / first).is_dir())
+
+
+def _table(table: Mapping[str, object], key: str) -> dict[str, Any]:
+    """`table[key]` when it is a table of pyproject.toml, else an empty one."""
+    value = table.get(key, {})
+    return value if isinstance(value, dict) else {}
 
 
 def _folder(package: str, folders: object) -> str:
