@@ -81,9 +81,9 @@ def ask(base_url: str, load: Load) -> list[OracleRow]:
 
 
 def test_a_load_shape_is_one_of_concurrency_or_rate() -> None:
-    with pytest.raises(ValidationError, match="load shape.*'neither'"):
+    with pytest.raises(ValidationError, match=r"load shape.*'neither'"):
         Load(name="x")
-    with pytest.raises(ValidationError, match="load shape.*'both'"):
+    with pytest.raises(ValidationError, match=r"load shape.*'both'"):
         Load(name="x", concurrency=2, request_rate=1.0)
     with pytest.raises(ValidationError, match="duplicate load name"):
         Gates(loads=(Load(name="x", concurrency=2), Load(name="x", request_rate=2.0)))
