@@ -92,7 +92,7 @@ def validated(
     hint: str | None = None,
     syntax: Syntax = "json",
     positions_from: str | None = None,
-    strict: bool = True,
+    strict: bool | None = True,
 ) -> Model:
     """JSON `text` as a `model`, or InvalidDocument listing every problem; each is placed in
     `positions_from` (in `syntax`), by default `text` itself."""
