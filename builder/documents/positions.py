@@ -104,12 +104,22 @@ def _parts(key: str) -> list[str]:
     parts = []
     for part in _PART.findall(key):
         if part.startswith('"'):
-            parts.append(json.loads(part))
+            parts.append(_basic_string(part))
         elif part.startswith("'"):
             parts.append(part[1:-1])
         else:
             parts.append(part)
     return parts
+
+
+def _basic_string(quoted: str) -> str:
+    """A TOML basic string's value; JSON's escapes are TOML's but for `\\U` and `\\e`, which
+    are kept as written (a position, not a value, is wanted)."""
+    try:
+        value = json.loads(quoted, strict=False)  # strict=False: a raw tab is TOML's
+    except ValueError:
+        return quoted[1:-1]
+    return value if isinstance(value, str) else quoted[1:-1]
 
 
 class _TomlScan:
