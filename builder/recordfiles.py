@@ -69,6 +69,7 @@ from pydantic import BaseModel, ConfigDict, ValidationError
 
 from repro_serving.builder.documents.evidence import OracleRow, TeacherRow
 from repro_serving.builder.documents.manifest import Manifest, Suite, expand
+from repro_serving.builder.documents.translate import problems_of
 from repro_serving.builder.freshstarts import log_time_problems
 from repro_serving.builder.hashing import sha256_bytes
 from repro_serving.builder.native.rules import AuditPolicy, env_drifts
@@ -329,7 +330,8 @@ def idle_problems(
         try:
             snapshot = _Snapshot.model_validate_json(files[name])
         except ValidationError as error:
-            problems.append(f"run/{name}: expected an idle snapshot, found {_first(error)}")
+            every = _every_problem(error, _Snapshot, files[name])
+            problems.append(f"run/{name}: expected an idle snapshot, found {every}")
             continue
         observed[name] = snapshot.observed_utc
         if snapshot.status != "passed":
@@ -786,7 +788,8 @@ def exactness_problems(
     try:
         document = _Exactness.model_validate_json(data)
     except ValidationError as error:
-        return [f"{where}: expected the comparison of the run with its teacher, {_first(error)}"]
+        every = _every_problem(error, _Exactness, data)
+        return [f"{where}: expected the comparison of the run with its teacher, found {every}"]
     if len(document.candidates) != 1:
         return [f"{where}: candidates expected one (this run), found {len(document.candidates)}"]
     candidate = document.candidates[0]
@@ -1064,10 +1067,11 @@ def _runtime_lock_problems(lock: RuntimeLock) -> list[str]:
     return problems
 
 
-def _first(error: ValidationError) -> str:
-    detail = error.errors()[0]
-    place = ".".join(str(p) for p in detail["loc"]) or "the document"
-    return f"found {place}: {detail['msg']}"
+def _every_problem(error: ValidationError, model: type[BaseModel], data: bytes) -> str:
+    """Every problem of a record file that does not follow `model`, each by key path, line and
+    column."""
+    problems = problems_of(error, model, text=data.decode(errors="replace"))
+    return "; ".join(problem.line() for problem in problems)
 
 
 # --- the teacher's own bench ------------------------------------------------------------------
@@ -1207,7 +1211,8 @@ def read_bench(data: bytes) -> BenchStatements | str:
     try:
         return BenchStatements.model_validate_json(data)
     except ValidationError as error:
-        return f"{BENCH_WHERE}: expected the record's bench, {_first(error)}"
+        every = _every_problem(error, BenchStatements, data)
+        return f"{BENCH_WHERE}: expected the record's bench, found {every}"
 
 
 def bench_problems(

@@ -27,6 +27,7 @@ from repro_serving.builder.documents.evidence import (
     Teacher,
     TeacherRow,
 )
+from repro_serving.builder.documents.invalid import validated
 from repro_serving.builder.errors import BadInput
 from repro_serving.builder.readers import (
     EVIDENCE_LIMIT,
@@ -188,13 +189,6 @@ def _read_text(path: Path) -> str:
         raise _malformed(path, "not UTF-8 text", expected="UTF-8", found=found) from None
 
 
-def _key_path(loc: tuple[int | str, ...]) -> str:
-    text = ""
-    for part in loc:
-        text += f"[{part}]" if isinstance(part, int) else (f".{part}" if text else part)
-    return f"key {text}" if text else "top level"
-
-
 def _read_json(path: Path, model: type[_M]) -> _M:
     text = _read_text(path)
     try:
@@ -206,23 +200,7 @@ def _read_json(path: Path, model: type[_M]) -> _M:
     except BadInput as error:
         sides = {"expected": error.expected or "", "found": error.found or ""}
         raise _malformed(path, error.what, **sides) from None
-    try:
-        return model.model_validate_json(text)
-    except ValidationError as error:
-        problems = [
-            (
-                _key_path(tuple(detail["loc"])),
-                str(detail["msg"]),
-                "nothing" if detail["type"] == "missing" else repr(detail["input"])[:80],
-            )
-            for detail in error.errors(include_url=False)
-        ]
-        if len(problems) == 1:
-            ((key, what, found),) = problems
-            raise _malformed(path, what, key, found=found) from None
-        shown = "; ".join(f"{key}: {what} (found {found})" for key, what, found in problems[:10])
-        more = f"; and {len(problems) - 10} more" if len(problems) > 10 else ""
-        raise _malformed(path, f"{len(problems)} problems", found=shown + more) from None
+    return validated(model, text, source=str(path), title="malformed record file", strict=None)
 
 
 # --- the files of a record ----------------------------------------------------------------------

@@ -604,5 +604,8 @@ def test_fresh_starts_has_an_upper_bound() -> None:
     Manifest.from_toml(_with_fresh_starts(16), source="sixteen-starts.toml")
     with pytest.raises(BadInput) as refused:
         Manifest.from_toml(_with_fresh_starts(17), source="many-starts.toml")
-    assert refused.value.where == "many-starts.toml, key oracle.gates.fresh_starts"
+    assert (
+        refused.value.where
+        == "many-starts.toml, key oracle.gates.fresh_starts (line 109, column 1)"
+    )
     assert refused.value.expected == "less than or equal to 16"

@@ -349,8 +349,8 @@ def test_a_signed_statement_with_a_path_escaping_the_bundle_is_refused(bundle: P
     (finding,) = verify_bundle(bundle, example_trust()).findings
     assert (finding.kind, finding.subject) == (DriftKind.STATEMENT, ENVELOPE)
     assert finding.observed == (
-        "subject.0.name: Value error, not a path inside a bundle: "
-        "a '..' part, which escapes the bundle (found '../outside')"
+        "key subject[0].name: not a path inside a bundle: a '..' part, which escapes the bundle "
+        '(expected a value the check accepts, found a string "../outside")'
     )
 
 

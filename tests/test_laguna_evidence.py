@@ -15,6 +15,7 @@ from typing import Any
 import pytest
 
 from repro_serving.builder.documents.evidence import VerdictStatus
+from repro_serving.builder.documents.invalid import InvalidDocument
 from repro_serving.builder.documents.manifest import (
     Gates,
     LogMarker,
@@ -250,11 +251,12 @@ def test_a_bench_row_without_usage_is_refused_naming_the_file_and_key(tmp_path: 
     path = copy_bench(tmp_path, lambda bench: bench["rows"][3].pop("usage"))
     with pytest.raises(BadInput) as caught:
         load_bench(path)
-    assert caught.value.diagnostics() == (
-        "error: malformed record file: Field required\n"
-        f"  where:    {path}, key rows[3].usage\n"
-        "  found:    nothing"
+    lines = caught.value.diagnostics().splitlines()
+    assert lines[0] == "error: malformed record file: missing key"
+    assert re.fullmatch(
+        rf"  where: +{re.escape(str(path))}, key rows\[3\]\.usage \(line 1, column \d+\)", lines[1]
     )
+    assert lines[2:] == ["  expected: an object", "  found:    nothing"]
 
 
 def test_every_problem_of_a_record_file_is_named_not_the_first_alone(tmp_path: Path) -> None:
@@ -263,28 +265,34 @@ def test_every_problem_of_a_record_file_is_named_not_the_first_alone(tmp_path: P
         bench["rows"][5]["token_ids"][2] = "7"
 
     path = copy_bench(tmp_path, edit)
-    with pytest.raises(BadInput) as caught:
+    with pytest.raises(InvalidDocument) as caught:
         load_bench(path)
     assert caught.value.what == "malformed record file: 2 problems"
     assert caught.value.where == str(path)
-    assert caught.value.found == (
-        "key rows[3].usage: Field required (found nothing); "
-        "key rows[5].token_ids[2]: Input should be a valid integer (found '7')"
-    )
+    assert [(p.where, p.what, p.found) for p in caught.value.problems] == [
+        ("key rows[3].usage", "missing key", "nothing"),
+        ("key rows[5].token_ids[2]", "wrong type", 'a string "7"'),
+    ]
+    assert all(p.position.startswith("line 1, column ") for p in caught.value.problems)
+    found = caught.value.found or ""
+    assert found.startswith("key rows[3].usage (line 1, column ")
+    assert "; key rows[5].token_ids[2] (line 1, column " in found
+    assert found.endswith(': wrong type (expected an integer, found a string "7")')
 
 
 def test_a_bench_token_id_that_is_not_an_integer_is_refused(tmp_path: Path) -> None:
     path = copy_bench(tmp_path, lambda bench: bench["rows"][0]["token_ids"].__setitem__(5, "72"))
     with pytest.raises(BadInput) as caught:
         load_bench(path)
-    assert (caught.value.where, caught.value.found) == (f"{path}, key rows[0].token_ids[5]", "'72'")
+    assert (caught.value.where or "").startswith(f"{path}, key rows[0].token_ids[5] (line 1, ")
+    assert caught.value.found == 'a string "72"'
 
 
 def test_a_text_hash_that_is_not_a_sha256_is_refused(tmp_path: Path) -> None:
     path = copy_bench(tmp_path, lambda bench: bench["rows"][1].__setitem__("sha256", "D164"))
     with pytest.raises(BadInput) as caught:
         load_bench(path)
-    assert caught.value.where == f"{path}, key rows[1].sha256"
+    assert (caught.value.where or "").startswith(f"{path}, key rows[1].sha256 (line 1, column ")
 
 
 @pytest.mark.parametrize(

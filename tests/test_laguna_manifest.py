@@ -281,4 +281,4 @@ def test_a_kernel_path_not_in_placeholder_form_is_refused(
         "malformed kernel set",
         str(tmp_path / "laguna-b70.toml"),
     )
-    assert (refused.value.found or "").startswith(f"modules.0.path: Value error, {found}: {path!r}")
+    assert (refused.value.found or "").startswith(f"key modules[0].path: {found}: {path!r}")

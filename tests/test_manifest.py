@@ -145,14 +145,19 @@ def _diagnostics(path: Path) -> str:
 ONE_PROBLEM = {
     "unknown-key.toml": (
         "unknown key",
-        "key launch.profiles.teacher.colour",
+        "key launch.profiles.teacher.colour (line 27, column 1)",
         "one of the keys argv, env",
         "key colour",
     ),
-    "wrong-type.toml": ("wrong type", "key launch.port", "an integer", 'a string "18000"'),
+    "wrong-type.toml": (
+        "wrong type",
+        "key launch.port (line 22, column 1)",
+        "an integer",
+        'a string "18000"',
+    ),
     "missing-key.toml": (
         "missing key",
-        "key bundle.evidence",
+        "key bundle.evidence (line 4, column 1)",
         'one of "live", "sealed", "declared"',
         "nothing",
     ),
@@ -165,37 +170,37 @@ ONE_PROBLEM = {
     "not-utf8.toml": ("not UTF-8 text", "line 5, column 12", "UTF-8", "byte 0xe9"),
     "wrong-schema.toml": (
         "unsupported schema",
-        "key schema",
+        "key schema (line 2, column 1)",
         '"repro.manifest/v1"',
         'a string "repro.manifest/v2"',
     ),
     "unknown-placeholder.toml": (
         "unknown placeholder {model.tokenizer}",
-        "key launch.profiles.teacher.argv[1]",
+        "key launch.profiles.teacher.argv[1] (line 27, column 1)",
         "placeholders among {python}, {venv}, {site}, {python_prefix}, {model.target}, {port}",
         'a string "{model.tokenizer}"',
     ),
     "unknown-teacher.toml": (
         "unknown profile",
-        "key oracle.teacher",
+        "key oracle.teacher (line 31, column 1)",
         "a profile of launch.profiles: teacher",
         'a string "reference"',
     ),
     "bad-revision.toml": (
         "invalid value",
-        "key model[0].revision",
+        "key model[0].revision (line 16, column 1)",
         "a git commit id: 40 lowercase hex digits",
         'a string "main"',
     ),
     "bad-file-name.toml": (
         "invalid key",
-        'key model[0].files."../model.safetensors"',
+        'key model[0].files."../model.safetensors" (line 18, column 1)',
         "a relative file name inside the model directory, without '.' or '..' parts",
         'a string "../model.safetensors"',
     ),
     "forbidden-env.toml": (
         "forbidden environment variable",
-        "key launch.env.LD_PRELOAD",
+        "key launch.env.LD_PRELOAD (line 23, column 1)",
         "no variable of native.forbidden_env nor LD_PRELOAD or LD_AUDIT",
         'a string "LD_PRELOAD"',
     ),
@@ -228,13 +233,13 @@ def test_every_problem_of_a_manifest_is_listed_at_once() -> None:
         [
             "error: invalid manifest: 3 problems",
             f"  where:    {path}",
-            "  - key bundle.evidence: invalid value",
+            "  - key bundle.evidence (line 6, column 1): invalid value",
             '      expected: one of "live", "sealed", "declared"',
             '      found:    a string "measured"',
-            "  - key bundle.colour: unknown key",
+            "  - key bundle.colour (line 7, column 1): unknown key",
             "      expected: one of the keys name, description, evidence",
             "      found:    key colour",
-            "  - key launch.port: invalid value",
+            "  - key launch.port (line 23, column 1): invalid value",
             "      expected: greater than or equal to 1",
             "      found:    an integer 0",
             HINT,
@@ -261,7 +266,8 @@ def test_a_suite_error_names_the_suite_and_the_manifest_key() -> None:
     assert _diagnostics(path) == "\n".join(
         [
             "error: invalid oracle suite: prompt does not fit api 'chat'",
-            f"  where:    {suite} (named by {path}, key oracle.suite), key prompts[0]",
+            f"  where:    {suite} (named by {path}, key oracle.suite), "
+            "key prompts[0] (line 7, column 15)",
             "  expected: key messages only",
             "  found:    key prompt",
             "  hint:     fix the suite: a JSON object of name, api, max_tokens, seed, "
@@ -302,7 +308,7 @@ def test_a_toml_date_is_refused_where_any_value_is_expected() -> None:
     with pytest.raises(BadInput) as caught:
         Manifest.from_toml(text, source="dated.toml")
     assert caught.value.diagnostics().splitlines()[1:4] == [
-        "  where:    dated.toml, key bundle.description",
+        "  where:    dated.toml, key bundle.description (line 7, column 1)",
         "  expected: no TOML date or time",
         '  found:    a string "2026-01-01"',
     ]

@@ -136,7 +136,8 @@ def test_a_forbidden_pattern_re2_cannot_run_is_refused_at_load(pattern: str, rea
     found = json.dumps(tomllib.loads(f'p = "{pattern}"')["p"])
     assert _refusal(text) == [
         "error: invalid manifest: invalid regular expression",
-        "  where:    attacker.toml, key oracle.gates.forbidden_log_patterns[1]",
+        "  where:    attacker.toml, key oracle.gates.forbidden_log_patterns[1] "
+        "(line 114, column 1)",
         f"  expected: {SYNTAX}; RE2: {reason}",
         f"  found:    a string {found}",
         HINT,
@@ -147,7 +148,7 @@ def test_a_markers_pattern_with_a_backreference_is_refused_at_load() -> None:
     text = FULL.replace(MARKER_PATTERN, 'pattern = "(graphs)=146.*\\\\1"')
     assert _refusal(text)[:3] == [
         "error: invalid manifest: invalid regular expression",
-        "  where:    attacker.toml, key oracle.gates.log_markers[0].pattern",
+        "  where:    attacker.toml, key oracle.gates.log_markers[0].pattern (line 119, column 1)",
         f"  expected: {SYNTAX}; RE2: invalid escape sequence: \\1",
     ]
 
@@ -156,7 +157,8 @@ def test_a_rank_pattern_with_a_lookbehind_is_refused_at_load() -> None:
     text = FULL.replace(RANK_PATTERN, 'rank_pattern = "(?<=TP)(\\\\d+)"')
     assert _refusal(text)[:3] == [
         "error: invalid manifest: invalid regular expression",
-        "  where:    attacker.toml, key oracle.gates.log_markers[0].rank_pattern",
+        "  where:    attacker.toml, key oracle.gates.log_markers[0].rank_pattern "
+        "(line 120, column 1)",
         f"  expected: {SYNTAX}; RE2: invalid perl operator: (?<=",
     ]
 
@@ -166,7 +168,8 @@ def test_a_pattern_too_large_for_its_cost_bound_is_refused_at_load() -> None:
     lines = _refusal(text)
     assert lines[:3] == [
         "error: invalid manifest: regular expression too large",
-        "  where:    attacker.toml, key oracle.gates.forbidden_log_patterns[0]",
+        "  where:    attacker.toml, key oracle.gates.forbidden_log_patterns[0] "
+        "(line 114, column 1)",
         f"  expected: a regular expression of at most {MAX_PROGRAM_SIZE} RE2 instructions",
     ]
 
@@ -175,7 +178,8 @@ def test_a_rank_pattern_still_needs_exactly_one_capture_group() -> None:
     text = FULL.replace(RANK_PATTERN, 'rank_pattern = "Worker_TP\\\\d+_EP\\\\d+"')
     assert _refusal(text)[:4] == [
         "error: invalid manifest: wrong number of capture groups",
-        "  where:    attacker.toml, key oracle.gates.log_markers[0].rank_pattern",
+        "  where:    attacker.toml, key oracle.gates.log_markers[0].rank_pattern "
+        "(line 120, column 1)",
         "  expected: a regex with exactly 1 capture group (the rank label)",
         '  found:    0 capture groups in a string "Worker_TP\\\\d+_EP\\\\d+"',
     ]
@@ -189,7 +193,9 @@ def test_a_kernel_sets_marker_with_a_lookahead_is_refused_at_load(tmp_path: Path
     with pytest.raises(BadInput) as caught:
         KernelSet.load("attacker", tmp_path)
     assert caught.value.where == str(tmp_path / "attacker.toml")
-    assert (caught.value.found or "").startswith("markers.0.pattern: invalid regular expression")
+    assert (caught.value.found or "").startswith(
+        "key markers[0].pattern: invalid regular expression"
+    )
 
 
 def test_a_refused_pattern_is_not_printed_by_re2_itself(capfd: pytest.CaptureFixture[str]) -> None:

@@ -172,8 +172,10 @@ def test_a_malformed_teacher_is_refused_naming_every_problem(
     assert code == 2
     err = capsys.readouterr().err
     assert "the teacher does not follow its format" in err
-    assert "suite: Input should be a valid string (found 7)" in err
-    assert "rows.0.prompt_id: Input should be a valid string (found 1)" in err
+    assert "  - key suite (line 1, column 2): wrong type\n      expected: a string\n" in err
+    assert "      found:    an integer 7\n" in err
+    assert "  - key rows[0].prompt_id (line 1, column 24): wrong type\n" in err
+    assert "  - key rows[0].token_ids (line 1, column 23): missing key\n" in err
 
 
 # --- real runs ----------------------------------------------------------------------------------

