@@ -174,6 +174,7 @@ def answer_load(client: httpx.Client, request: OracleRequest, load: Load) -> lis
             rows[index] = row
 
     def sender() -> None:
+        go.wait()
         while True:
             with lock:
                 if failures:
@@ -183,27 +184,33 @@ def answer_load(client: httpx.Client, request: OracleRequest, load: Load) -> lis
                 return
             ask(*step)
 
+    def scheduled(index: int, prompt: Prompt) -> None:
+        go.wait()
+        assert load.request_rate is not None  # the manifest asks for one shape
+        time.sleep(max(zero + index / load.request_rate - time.perf_counter(), 0.0))
+        if not failures:
+            ask(index, prompt)
+
+    go = threading.Event()
+    name = f"load-{load.name}"
+    threads = (
+        [
+            threading.Thread(target=sender, name=f"{name}-{n}", daemon=True)
+            for n in range(min(load.concurrency, len(prompts)))
+        ]
+        if load.concurrency is not None
+        else [
+            threading.Thread(target=scheduled, args=step, name=f"{name}-{step[0]}", daemon=True)
+            for step in prompts
+        ]
+    )
     with _collector_off():
+        # Every sender runs before the first send: a thread started while another streams can
+        # wait tens of milliseconds for the interpreter's lock, and its send with it.
+        for thread in threads:
+            thread.start()
         zero = time.perf_counter()
-        if load.concurrency is not None:
-            threads = [
-                threading.Thread(target=sender, name=f"load-{load.name}-{n}", daemon=True)
-                for n in range(min(load.concurrency, len(prompts)))
-            ]
-            for thread in threads:
-                thread.start()
-        else:
-            assert load.request_rate is not None  # the manifest asks for one of the two
-            threads = []
-            for index, prompt in prompts:
-                time.sleep(max(zero + index / load.request_rate - time.perf_counter(), 0.0))
-                if failures:
-                    break
-                thread = threading.Thread(
-                    target=ask, args=(index, prompt), name=f"load-{load.name}-{index}", daemon=True
-                )
-                thread.start()
-                threads.append(thread)
+        go.set()
         for thread in threads:
             thread.join()
     if failures:

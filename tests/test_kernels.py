@@ -117,7 +117,10 @@ def test_a_kernel_set_with_an_unknown_key_is_refused(tmp_path: Path) -> None:
     with pytest.raises(BadInput) as caught:
         KernelSet.load("odd", tmp_path)
     assert caught.value.where == str(tmp_path / "odd.toml")
-    assert (caught.value.found or "").startswith("platform.driver: Extra inputs are not permitted")
+    assert (caught.value.found or "").startswith(
+        "key platform.driver: unknown key (expected one of the keys driver_roots"
+    )
+    assert "(did you mean driver_roots?)" in (caught.value.found or "")
 
 
 # --- JIT directories: the mapping process's own ------------------------------------------------

@@ -30,6 +30,7 @@ from repro_serving.builder.build import build
 from repro_serving.builder.cli import main
 from repro_serving.builder.documents.audit import AuditDocument
 from repro_serving.builder.documents.manifest import ThroughputGate
+from repro_serving.builder.documents.rundir import read_rows
 from repro_serving.builder.drift import Drift, DriftKind
 from repro_serving.builder.errors import BadInput
 from repro_serving.builder.report.compute import audit_start, rate_problem
@@ -223,15 +224,19 @@ def test_a_rate_that_is_a_lower_bound_is_marked_and_named(tmp_path: Path) -> Non
     assert report.throughput is not None
     late = json.loads((changed / rows_file).read_text())[0]
     after_ms = late["first_token_after_s"] * 1000
+    sealed = read_rows(COMMITTED_TINY / rows_file)
+    before = measure(sealed, len(sealed[0].token_ids)).lower_bounds
+    assert late["prompt_id"] not in before
     assert report.throughput.lower_bounds == {
+        **before,
         late["prompt_id"]: "token 0 came in a read of 2 tokens, so the window opens at the read "
-        f"before ({after_ms:.1f} ms)"
+        f"before ({after_ms:.1f} ms)",
     }
     text = _text(tmp_path / "late.html")
     assert "Lower bounds, not arrivals, in the medians: " + late["prompt_id"] in text
     (timing,) = [t for t in report.timings if t.prompt_id == late["prompt_id"]]
     assert timing.conventional is not None and f"≥ {timing.conventional:.2f}" in text
-    assert text.count("≥ ") == 2, "both conventions of that row, no other"
+    assert text.count("≥ ") == 2 * len(report.throughput.lower_bounds), "both conventions of each"
 
 
 def test_a_teacher_rate_other_than_its_rows_give_is_named() -> None:

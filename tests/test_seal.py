@@ -25,6 +25,7 @@ from bundle_assets import (
 )
 
 from repro_serving.builder.canonical import canonical_json
+from repro_serving.builder.documents.formats import tags
 from repro_serving.builder.errors import BadInput
 from repro_serving.builder.hashing import sha256_file
 from repro_serving.builder.sealing import atomic, dsse
@@ -110,8 +111,10 @@ def test_the_statement_is_the_signed_payload_and_names_every_sealed_file(tmp_pat
     assert statement["predicateType"] == "https://slsa.dev/provenance/v1"
     assert statement["subject"] == [
         {"name": name, "digest": {"sha256": sha256_file(sealed.path / name)}}
+        | ({"annotations": {"format": tag}} if (tag := tags([name]).get(name)) else {})
         for name in SEALED_FILES
     ]
+    assert any("annotations" in subject for subject in statement["subject"])
     assert statement["predicate"] == {
         "buildDefinition": {
             "buildType": "pkg:pypi/repro-serving#repro_serving/attestation/build-type-bundle-v1.md",

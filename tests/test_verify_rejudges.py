@@ -27,11 +27,14 @@ from repro_serving.builder.canonical import canonical_json
 from repro_serving.builder.claims import environments_claim, roles_claim
 from repro_serving.builder.cli import main
 from repro_serving.builder.documents.audit import AuditDocument
+from repro_serving.builder.documents.manifest import Manifest
+from repro_serving.builder.documents.rundir import read_rows
 from repro_serving.builder.vllmlog import (
     logged_argument_problems,
     logged_version_problems,
     logged_versions,
 )
+from repro_serving.launch.gates import load_verdict
 
 TINY = REPO_ROOT / "repro" / "tiny-cpu"
 TWO_NODES = REPO_ROOT / "repro" / "tiny-cpu-2node"
@@ -549,6 +552,36 @@ def _pids(root: Path, start: int) -> dict[str, int]:
     return found
 
 
+def _role_pids(root: Path, at: str) -> dict[str, int]:
+    """Each role's pid in the audit of `at` (`start-1`, `start-1/rank-1`)."""
+    return {
+        process["role"]: process["pid"]
+        for path in sorted((root / "evidence" / at / "audit").glob("*.json"))
+        if path.name != "drifts.json"
+        for process in json.loads(path.read_text())["processes"]
+    }
+
+
+def _processes(root: Path, at: str) -> dict[str, dict[str, Any]]:
+    return {
+        process["role"]: process
+        for path in sorted((root / "evidence" / at / "audit").glob("*.json"))
+        if path.name != "drifts.json"
+        for process in json.loads(path.read_text())["processes"]
+    }
+
+
+# What the committed bundles sealed, that a refusal names.
+PIDS_1, PIDS_2 = _pids(TINY, 1), _pids(TINY, 2)
+STARTED_1 = {role: p["started_at"] for role, p in _processes(TINY, "start-1").items()}
+SERVER_1 = json.loads((TINY / "evidence/start-1/server.json").read_text())
+POSTED_1 = sum(
+    len(json.loads(p.read_text())) for p in (TINY / "evidence/start-1").glob("**/rows.json")
+)
+TWO_NODES_SERVER = json.loads((TWO_NODES / "evidence/start-1/server.json").read_text())
+RANK_1_HEADLESS = _processes(TWO_NODES, "start-1/rank-1")["headless"]
+
+
 def _log_of_start_1_renamed(root: Path) -> None:
     """Start 2's log start 1's, every pid it names replaced by start 2's of the same role."""
     first, second = _pids(root, 1), _pids(root, 2)
@@ -734,8 +767,12 @@ def _dated_later(start: int, seconds: int, *, rank: str = "", only: str = "") ->
 
 
 def _worker_logging_before_it_started(root: Path) -> None:
-    """Start 1's worker's lines dated 20 s earlier: inside the start, before the worker was."""
-    _dated_later(1, -20, only=f"pid={_pids(root, 1)['worker']})")(root)
+    """Start 1's worker's lines dated half the time from the spawn to the worker's start
+    earlier: inside the start, before the worker was."""
+    started = _processes(root, "start-1")["worker"]["started_at"]
+    spawned = json.loads((root / "evidence/start-1/server.json").read_text())["started_at"]
+    earlier = max(2, int((started - spawned) / 2))
+    _dated_later(1, -earlier, only=f"pid={_pids(root, 1)['worker']})")(root)
 
 
 def _uvicorn_naming_the_worker(root: Path) -> None:
@@ -773,7 +810,7 @@ def _paused(start: int, prompt: str, seconds: float) -> Edit:
     return _json(f"evidence/start-{start}/rows.json", change)
 
 
-START_LIES: dict[str, tuple[Edit, str, str]] = {
+START_LIES: dict[str, tuple[Edit, str, str | tuple[str, ...]]] = {
     "a replay's answer that paused 2 s": (
         _paused(2, "code", 2.0),
         "gates",
@@ -922,10 +959,11 @@ START_LIES: dict[str, tuple[Edit, str, str]] = {
         "server_log:start-2: 1 suite request(s) answered otherwise than 2xx while serving; "
         "first: line 109 POST /v1/chat/completions 500",
     ),
-    "seven suite requests logged for five rows": (
+    "two suite requests logged beyond the rows": (
         _while_serving(1, ANSWERED.format("200 OK"), ANSWERED.format("200 OK")),
         "gates",
-        "server_log:start-1: 7 suite requests logged while serving, expected the 5 answered",
+        f"server_log:start-1: {POSTED_1 + 2} suite requests logged while serving, expected the "
+        f"{POSTED_1} answered",
     ),
     "a log naming another vLLM as its API server's version": (
         _while_serving(
@@ -1019,9 +1057,11 @@ START_LIES: dict[str, tuple[Edit, str, str]] = {
     "a worker logging before it started": (
         _worker_logging_before_it_started,
         "fresh starts",
-        "start-1/server.log: a line of pid 25394 (worker) dated 12-06 05:17:06 (12-06 05:17:06 "
-        "UTC, read in UTC+00:00, the zone the start's lines fit): expected no earlier than a "
-        "second before pid 25394 started at 12-06 05:17:20 UTC",
+        (
+            f"start-1/server.log: a line of pid {PIDS_1['worker']} (worker) dated ",
+            "the zone the start's lines fit): expected no earlier than a second before pid "
+            f"{PIDS_1['worker']} started at",
+        ),
     ),
     "a stack ready before its server listened": (
         _json(
@@ -1029,8 +1069,11 @@ START_LIES: dict[str, tuple[Edit, str, str]] = {
             lambda d: d.update(ready_at=d["ready_at"] - 8, ready_after_s=d["ready_after_s"] - 8),
         ),
         "fresh starts",
-        "start-1/server.json: ready_at 1796534240.9266844 (12-06 05:17:20 UTC): expected no "
-        "earlier than a second before the log's 'Starting vLLM server on' dated 12-06 05:17:28",
+        (
+            f"start-1/server.json: ready_at {SERVER_1['ready_at'] - 8!r} (",
+            "UTC): expected no earlier than a second before the log's 'Starting vLLM server on' "
+            "dated ",
+        ),
     ),
     "start 2's log read in another time zone than start 1's": (
         _dated_later(2, 3600),
@@ -1041,8 +1084,9 @@ START_LIES: dict[str, tuple[Edit, str, str]] = {
     "uvicorn serving from the worker": (
         _uvicorn_naming_the_worker,
         "fresh starts",
-        "start-2/server.log: uvicorn's 'Started server process [25508]': expected pid 25478 "
-        "(api_server), the root of the sealed audit, found pid 25508 (worker)",
+        f"start-2/server.log: uvicorn's 'Started server process [{PIDS_2['worker']}]': expected "
+        f"pid {PIDS_2['api_server']} (api_server), the root of the sealed audit, found pid "
+        f"{PIDS_2['worker']} (worker)",
     ),
     "two prompts answered with the same ids and other texts": (
         _json("evidence/start-1/rows.json", _the_same_ids_for_two_prompts),
@@ -1052,14 +1096,14 @@ START_LIES: dict[str, tuple[Edit, str, str]] = {
     "a suite request counted before the server was ready": (
         _chat_counted_early,
         "start-1 rows",
-        "expected a time no earlier than evidence/start-1/server.json ready_at (1796534248.9266844)"
-        ": the suite's first request came after it",
+        "expected a time no earlier than evidence/start-1/server.json ready_at "
+        f"({SERVER_1['ready_at']!r}): the suite's first request came after it",
     ),
     "vLLM's counters created before its engine core started": (
         _vllm_created_at_spawn,
         "start-1 rows",
         "expected a time no earlier than the engine core's started_at in evidence/start-1/audit "
-        "(1796534235.52; 1 s of slack)",
+        f"({STARTED_1['engine_core']!r}; 1 s of slack)",
     ),
     "python_info of another interpreter than the observations state": (
         _reads(2, lambda t: t.replace(*OTHER_PYTHON)),
@@ -1212,7 +1256,81 @@ def test_every_start_is_judged_whole_and_apart(
 ) -> None:
     edit, claim, named = START_LIES[lie]
     document = hostile(tmp_path, capsys, edit)
-    assert named in failed(document, claim)
+    detail = failed(document, claim)
+    for part in (named,) if isinstance(named, str) else named:
+        assert part in detail
+
+
+LOAD_ROWS = "evidence/start-1/load-c4/rows.json"
+
+
+def _load_gap_lengthened(root: Path, seconds: float) -> None:
+    """Start 1's first answer under the c4 load as if one inter-token time were `seconds`
+    longer: every token from the 17th's read on that much later."""
+    path = root / LOAD_ROWS
+    rows = json.loads(path.read_text())
+    row = rows[0]
+    first = row["token_reads"].index(row["token_reads"][17])
+    row["token_offsets_s"] = [
+        t + (seconds if i >= first else 0.0) for i, t in enumerate(row["token_offsets_s"])
+    ]
+    path.write_text(json.dumps(rows))
+
+
+def _load_verdict_recomputed(root: Path) -> None:
+    """What a liar holding the key does next: the load's verdict made to match the lie."""
+    manifest = Manifest.from_toml(
+        (root / "manifest.toml").read_text(),
+        source="manifest.toml",
+        base_dir=REPO_ROOT / "manifests",
+    )
+    (load,) = manifest.oracle.gates.loads
+    starts = [
+        (n, read_rows(root / f"evidence/start-{n}/load-{load.name}/rows.json")) for n in (1, 2)
+    ]
+    path = root / "evidence" / "verdicts.json"
+    verdicts = json.loads(path.read_text())
+    index = next(i for i, v in enumerate(verdicts) if v["gate"] == f"load:{load.name}")
+    verdicts[index] = load_verdict(load, starts).model_dump(mode="json")
+    path.write_text(json.dumps(verdicts))
+
+
+def test_a_lie_in_one_inter_token_time_under_load_is_refused_by_the_recomputed_verdict(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    document = hostile(tmp_path, capsys, lambda root: _load_gap_lengthened(root, 0.3))
+    assert "load:c4: recomputed" in failed(document, "gates")
+
+
+def test_a_lie_in_one_inter_token_time_under_load_with_its_verdict_is_refused_by_metrics(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The verdict made to agree, the lengthened answer still outlasts what the server timed."""
+
+    def edit(root: Path) -> None:
+        _load_gap_lengthened(root, 0.3)
+        _load_verdict_recomputed(root)
+
+    document = hostile(tmp_path, capsys, edit)
+    detail = failed(document, "start-1 rows under load c4")
+    assert f"{LOAD_ROWS}" in detail or "load-c4" in detail
+
+
+def test_a_load_row_sent_while_four_others_were_in_flight_is_refused(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    def edit(root: Path) -> None:
+        path = root / LOAD_ROWS
+        rows = json.loads(path.read_text())
+        for row in rows[:4]:
+            row["sent_at_s"] = 0.0
+        rows[4]["sent_at_s"] = 1e-6
+        path.write_text(json.dumps(rows))
+
+    document = hostile(tmp_path, capsys, edit)
+    assert "expected at most 3 others under concurrency 4" in failed(
+        document, "start-1 rows under load c4"
+    )
 
 
 def test_junk_bytes_in_a_teardown_record_are_refused(
@@ -1519,8 +1637,9 @@ NODE_LIES: dict[str, tuple[Edit, str, str]] = {
     "rank 1 started two hours before rank 0 was spawned": (
         _rank1_started_earlier(7200),
         "fresh starts",
-        "rank-1/audit: pid 12858 (headless) started_at 1796513593.58: expected after rank 0's "
-        "spawn at 1796520793.8509836",
+        f"rank-1/audit: pid {RANK_1_HEADLESS['pid']} (headless) started_at "
+        f"{round(RANK_1_HEADLESS['started_at'] - 7200, 2)!r}: expected after rank 0's spawn at "
+        f"{TWO_NODES_SERVER['started_at']!r}",
     ),
     "rank 1's worker logging itself tensor parallel rank 0": (
         lambda root: (
@@ -1533,8 +1652,9 @@ NODE_LIES: dict[str, tuple[Edit, str, str]] = {
             and None
         ),
         "fresh starts",
-        "rank-1/server.log: pid 12891 assigned DP rank 0, PP rank 0, PCP rank 0, TP rank 0 of the "
-        "world: expected each held by one worker, found pid 12915 of evidence/start-1",
+        f"rank-1/server.log: pid {_role_pids(TWO_NODES, 'start-1/rank-1')['worker']} assigned DP "
+        "rank 0, PP rank 0, PCP rank 0, TP rank 0 of the world: expected each held by one worker, "
+        f"found pid {_role_pids(TWO_NODES, 'start-1')['worker']} of evidence/start-1",
     ),
     "rank 1's teardown not proven": (
         _json(
