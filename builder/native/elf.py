@@ -228,6 +228,19 @@ def _layout(bits: int, little_endian: bool) -> _Layout:
 _LAYOUTS = {(bits, data): _layout(bits, data == 1) for bits in (1, 2) for data in (1, 2)}
 
 
+def _ident_byte(head: bytes, offset: int, name: str, expected: str, path: str) -> int:
+    """The byte of `e_ident` at `offset`, which must be 1 or 2 (class, data encoding)."""
+    value = head[offset] if len(head) > offset else None
+    if value is None or value not in (1, 2):
+        raise MalformedElf(
+            "malformed ELF file",
+            where=path,
+            expected=f"{expected} at offset {offset}",
+            found=f"{name} byte {'missing' if value is None else value}",
+        )
+    return value
+
+
 def _header_layout(head: bytes, size: int, path: str) -> _Layout:
     if head[:4] != ELF_MAGIC:
         raise NotElf(
@@ -236,21 +249,11 @@ def _header_layout(head: bytes, size: int, path: str) -> _Layout:
             expected="ELF magic 7f 45 4c 46",
             found=f"{head[:4].hex(' ') or 'an empty file'} ({size} bytes)",
         )
-    if len(head) < 5 or head[4] not in (1, 2):
-        raise MalformedElf(
-            "malformed ELF file",
-            where=path,
-            expected="ELF class 1 (32-bit) or 2 (64-bit) at offset 4",
-            found=f"class byte {head[4] if len(head) > 4 else 'missing'}",
-        )
-    if len(head) < 6 or head[5] not in (1, 2):
-        raise MalformedElf(
-            "malformed ELF file",
-            where=path,
-            expected="ELF data encoding 1 (little-endian) or 2 (big-endian) at offset 5",
-            found=f"data byte {head[5] if len(head) > 5 else 'missing'}",
-        )
-    layout = _LAYOUTS[(head[4], head[5])]
+    bits = _ident_byte(head, 4, "class", "ELF class 1 (32-bit) or 2 (64-bit)", path)
+    data = _ident_byte(
+        head, 5, "data", "ELF data encoding 1 (little-endian) or 2 (big-endian)", path
+    )
+    layout = _LAYOUTS[(bits, data)]
     if size < layout.header.size:
         raise TruncatedElf(
             "truncated ELF file",
