@@ -30,6 +30,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from types import MappingProxyType
+from typing import TypeVar
 
 from repro_serving.builder.drift import Drift, DriftKind
 from repro_serving.builder.errors import BadInput, NotObservable, ReproError
@@ -240,18 +241,44 @@ def _signed_statement(scan: _Scan, trusted: TrustedKeys) -> tuple[_Signed | None
                 why="the bundle is unsigned: none of its files can be trusted",
             )
         ]
-    try:
-        verified = _verified(scan, ENVELOPE, trusted)
-    except (BadInput, dsse.SignatureRefused) as error:
-        return None, [
-            _finding(DriftKind.SIGNATURE, error, "none of the bundle's files can be trusted")
-        ]
-    try:
-        _check_type(verified, ENVELOPE)
-        statement = Statement.from_json(verified.payload, where=f"the payload of {ENVELOPE}")
-    except BadInput as error:
-        return None, [_finding(DriftKind.STATEMENT, error, "the signed payload seals nothing")]
+    opened, drifts = _signed_payload(
+        scan,
+        ENVELOPE,
+        trusted,
+        Statement,
+        untrusted="none of the bundle's files can be trusted",
+        unread="the signed payload seals nothing",
+    )
+    if opened is None:
+        return None, drifts
+    verified, statement = opened
     return _Signed(statement, verified.payload, verified.key_ids), []
+
+
+_Payload = TypeVar("_Payload", Statement, GateResultsStatement)
+
+
+def _signed_payload(
+    scan: _Scan,
+    name: str,
+    trusted: TrustedKeys,
+    model: type[_Payload],
+    *,
+    untrusted: str,
+    unread: str,
+) -> tuple[tuple[dsse.Verified, _Payload] | None, list[Drift]]:
+    """The envelope `name`, verified against the trusted keys, and the statement it carries;
+    or the one drift that says why not (`untrusted`, `unread`: what each failure costs)."""
+    try:
+        verified = _verified(scan, name, trusted)
+    except (BadInput, dsse.SignatureRefused) as error:
+        return None, [_finding(DriftKind.SIGNATURE, error, untrusted, name)]
+    try:
+        _check_type(verified, name)
+        payload = model.from_json(verified.payload, where=f"the payload of {name}")
+    except BadInput as error:
+        return None, [_finding(DriftKind.STATEMENT, error, unread, name)]
+    return (verified, payload), []
 
 
 def _verified(scan: _Scan, name: str, trusted: TrustedKeys) -> dsse.Verified:
@@ -299,16 +326,17 @@ def _gate_results(
             )
         ]
     consequence = "the run's gate results cannot be trusted"
-    try:
-        verified = _verified(scan, TEST_RESULT_ENVELOPE, trusted)
-    except (BadInput, dsse.SignatureRefused) as error:
-        return None, [_finding(DriftKind.SIGNATURE, error, consequence, TEST_RESULT_ENVELOPE)]
-    try:
-        _check_type(verified, TEST_RESULT_ENVELOPE)
-        where = f"the payload of {TEST_RESULT_ENVELOPE}"
-        results = GateResultsStatement.from_json(verified.payload, where=where)
-    except BadInput as error:
-        return None, [_finding(DriftKind.STATEMENT, error, consequence, TEST_RESULT_ENVELOPE)]
+    opened, drifts = _signed_payload(
+        scan,
+        TEST_RESULT_ENVELOPE,
+        trusted,
+        GateResultsStatement,
+        untrusted=consequence,
+        unread=consequence,
+    )
+    if opened is None:
+        return None, drifts
+    _, results = opened
     ours, theirs = statement.digests(), results.digests()
     if theirs == ours:
         return results, []
