@@ -40,6 +40,13 @@ def _read(path: Path, what: str) -> bytes:
     return read_bytes(path, limit=KEY_LIMIT, what=what)
 
 
+def _not_ed25519(key: object, which: str, where: str) -> BadInput:
+    """The refusal of a PEM key that is not an Ed25519 key (`which`: public or private)."""
+    return BadInput(
+        f"not an Ed25519 {which} key", where=where, expected="Ed25519", found=type(key).__name__
+    )
+
+
 @dataclass(frozen=True)
 class PublicKey:
     """An Ed25519 public key, by its 32 raw bytes."""
@@ -67,12 +74,7 @@ class PublicKey:
                 hint=hint,
             ) from error
         if not isinstance(key, Ed25519PublicKey):
-            raise BadInput(
-                "not an Ed25519 public key",
-                where=where,
-                expected="Ed25519",
-                found=type(key).__name__,
-            )
+            raise _not_ed25519(key, "public", where)
         return cls(key.public_bytes(serialization.Encoding.Raw, serialization.PublicFormat.Raw))
 
     @classmethod
@@ -120,12 +122,7 @@ class SigningKey:
                 hint="a private key file is written by `repro keygen --out PREFIX` as PREFIX.key",
             ) from error
         if not isinstance(key, Ed25519PrivateKey):
-            raise BadInput(
-                "not an Ed25519 private key",
-                where=where,
-                expected="Ed25519",
-                found=type(key).__name__,
-            )
+            raise _not_ed25519(key, "private", where)
         return cls(key)
 
     @classmethod
