@@ -256,21 +256,10 @@ def print_summary(record: RunRecord, captured: Path | None) -> None:
         if start["metrics"] is not None:
             out.print(_metrics_line(start))
     if record.verdicts:
-        out.print(
-            table(
-                "gates",
-                ("gate", "status", "summary"),
-                ((v.gate, v.status.value, v.summary) for v in record.verdicts),
-            )
-        )
+        out.print(_verdicts_table("gates", "gate", record.verdicts))
     if record.quality:
-        out.print(
-            table(
-                "quality (reported apart: never decides the run)",
-                ("check", "status", "summary"),
-                ((v.gate, v.status.value, v.summary) for v in record.quality),
-            )
-        )
+        title = "quality (reported apart: never decides the run)"
+        out.print(_verdicts_table(title, "check", record.quality))
     out.print(f"run directory: {record.plan.run_dir}")
     if captured is not None:
         out.print(f"teacher captured: {captured}")
@@ -278,6 +267,15 @@ def print_summary(record: RunRecord, captured: Path | None) -> None:
         out.print("no teacher captured: the run did not pass")
     verdict = record.status.value.upper()
     out.print(f"{verdict}: {record.plan.manifest.bundle.name} ({record.plan.profile})")
+
+
+def _verdicts_table(title: str, column: str, verdicts: tuple[Verdict, ...]) -> Any:
+    """One line per verdict, gate or quality check: its name, status and summary."""
+    return table(
+        title,
+        (column, "status", "summary"),
+        ((v.gate, v.status.value, v.summary) for v in verdicts),
+    )
 
 
 def _rows_table(start: dict[str, Any]) -> Any:
