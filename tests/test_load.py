@@ -10,11 +10,11 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Iterator
-from http.server import ThreadingHTTPServer
 from typing import ClassVar
 
 import pytest
 from conftest import REPO_ROOT
+from localhttp import serving
 from pydantic import ValidationError
 from test_oracle import GOOD_STREAM, Replay
 
@@ -64,14 +64,8 @@ class Counting(Replay):
 @pytest.fixture
 def counting() -> Iterator[tuple[str, type[Counting]]]:
     handler = type("CountingOnce", (Counting,), {"bodies": [], "lock": threading.Lock()})
-    server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
-        yield f"http://127.0.0.1:{server.server_address[1]}", handler
-    finally:
-        server.shutdown()
-        server.server_close()
+    with serving(handler) as port:
+        yield f"http://127.0.0.1:{port}", handler
 
 
 def ask(base_url: str, load: Load) -> list[OracleRow]:

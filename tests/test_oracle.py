@@ -11,15 +11,15 @@ import hashlib
 import json
 import os
 import subprocess
-import threading
 import time
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 from typing import Any, ClassVar
 
 import pytest
 from conftest import REPO_ROOT, TinyServer
+from localhttp import serving
 
 from repro_serving.builder.documents.evidence import OracleRow
 from repro_serving.builder.documents.manifest import Suite
@@ -84,14 +84,8 @@ class Replay(BaseHTTPRequestHandler):
 @pytest.fixture
 def replay() -> Iterator[tuple[str, type[Replay]]]:
     handler = type("ReplayOnce", (Replay,), {"stream": list(GOOD_STREAM), "bodies": []})
-    server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
-        yield f"http://127.0.0.1:{server.server_address[1]}", handler
-    finally:
-        server.shutdown()
-        server.server_close()
+    with serving(handler) as port:
+        yield f"http://127.0.0.1:{port}", handler
 
 
 def ask_first(base_url: str, suite: Suite = SUITE) -> OracleRow:

@@ -4,13 +4,13 @@ buffer one read, each way the exchange breaks named (real sockets, a real HTTP s
 from __future__ import annotations
 
 import socket
-import threading
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from typing import Any, ClassVar
 
 import h11
 import pytest
+from localhttp import serving
 
 from repro_serving.launch import timedpost
 from repro_serving.launch.timedpost import PostFailed, TimedAnswer, TimedPost
@@ -94,13 +94,8 @@ class Echo(BaseHTTPRequestHandler):
 
 @pytest.fixture
 def echo() -> Iterator[int]:
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Echo)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    try:
-        yield server.server_address[1]
-    finally:
-        server.shutdown()
-        server.server_close()
+    with serving(Echo) as port:
+        yield port
 
 
 def test_the_request_is_one_post_with_its_body_and_the_answer_ends_with_it(echo: int) -> None:
