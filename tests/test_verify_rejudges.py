@@ -78,6 +78,20 @@ def failed(document: dict[str, Any], claim: str) -> str:
     return " ".join(c["detail"] for c in found if not c["ok"])
 
 
+Lie = tuple[Edit, str, str | tuple[str, ...]]
+"""A row of a table of lies: the edit, the claim that must fail, what its detail must name."""
+
+
+def assert_refused(
+    lie: Lie, tmp_path: Path, capsys: pytest.CaptureFixture[str], source: Path = TINY
+) -> None:
+    """`lie` told in a copy of `source`: its claim fails, naming each part it must."""
+    edit, claim, named = lie
+    detail = failed(hostile(tmp_path, capsys, edit, source), claim)
+    for part in (named,) if isinstance(named, str) else named:
+        assert part in detail, detail
+
+
 def _derive_lock_again(root: Path) -> None:
     """What an attacker's sealer does: the lock's roles and environments from the audit."""
     lock_path = root / "lock.json"
@@ -810,7 +824,7 @@ def _paused(start: int, prompt: str, seconds: float) -> Edit:
     return _json(f"evidence/start-{start}/rows.json", change)
 
 
-START_LIES: dict[str, tuple[Edit, str, str | tuple[str, ...]]] = {
+START_LIES: dict[str, Lie] = {
     "a replay's answer that paused 2 s": (
         _paused(2, "code", 2.0),
         "gates",
@@ -1254,11 +1268,7 @@ def test_a_later_max_model_len_without_a_draft_model_is_refused() -> None:
 def test_every_start_is_judged_whole_and_apart(
     lie: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    edit, claim, named = START_LIES[lie]
-    document = hostile(tmp_path, capsys, edit)
-    detail = failed(document, claim)
-    for part in (named,) if isinstance(named, str) else named:
-        assert part in detail
+    assert_refused(START_LIES[lie], tmp_path, capsys)
 
 
 LOAD_ROWS = "evidence/start-1/load-c4/rows.json"
@@ -1482,7 +1492,7 @@ def _rank1_said(old: str, new: str) -> Edit:
     return _log_said(1, old, new, rank="rank-1")
 
 
-NODE_LIES: dict[str, tuple[Edit, str, str]] = {
+NODE_LIES: dict[str, Lie] = {
     "a node on a loopback address stating no boot id": (
         _boot_id_dropped,
         "nodes",
@@ -1671,9 +1681,7 @@ NODE_LIES: dict[str, tuple[Edit, str, str]] = {
 def test_every_node_is_judged_again(
     lie: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    edit, claim, named = NODE_LIES[lie]
-    document = hostile(tmp_path, capsys, edit, TWO_NODES)
-    assert named in failed(document, claim)
+    assert_refused(NODE_LIES[lie], tmp_path, capsys, TWO_NODES)
 
 
 # --- the observations and the run record --------------------------------------------------------
@@ -1722,7 +1730,7 @@ def _record_dropped(root: Path) -> None:
     )(root)
 
 
-OBSERVATION_LIES: dict[str, tuple[Edit, str, str]] = {
+OBSERVATION_LIES: dict[str, Lie] = {
     "every RECORD checked with no file of it": (
         _json(
             "evidence/observations.json",
@@ -1815,6 +1823,4 @@ OBSERVATION_LIES: dict[str, tuple[Edit, str, str]] = {
 def test_the_observations_and_the_run_record_are_judged_again(
     lie: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    edit, claim, named = OBSERVATION_LIES[lie]
-    document = hostile(tmp_path, capsys, edit)
-    assert named in failed(document, claim)
+    assert_refused(OBSERVATION_LIES[lie], tmp_path, capsys)
