@@ -78,8 +78,7 @@ from repro_serving.builder.documents.rundir import (
     TEARDOWN_FILE,
     VERDICTS_FILE,
     evidence_names,
-    load_name,
-    metrics_reads,
+    phases,
     start_name,
 )
 from repro_serving.builder.drift import Difference, Drift, DriftKind
@@ -595,8 +594,9 @@ def _log_version_problems(
 
 
 def _consistency_checks(sealed: JudgedBundle) -> list[ClaimCheck]:
-    """Each start's rows against themselves and the suite, its `/metrics` reads against its
-    rows (`launch.consistency`), and every start's rows against start 1's: the same prompt
+    """Each start's rows, its suite's and each load's, against themselves and the suite, the
+    `/metrics` reads around each against them and each load's send times against its shape
+    (`launch.consistency`), and every start's rows against start 1's: the same prompt
     tokenizes alike, the same token ids decode to the same text, within a start as across
     starts (a row's text is decoded from its ids, each after the chat template's end of its
     prompt)."""
@@ -606,15 +606,9 @@ def _consistency_checks(sealed: JudgedBundle) -> list[ClaimCheck]:
     checks = []
     starts = []
     for start in range(1, manifest.oracle.gates.fresh_starts + 1):
-        phases = metrics_reads(start_name(start), tuple(loads))
-        for load, before_name, after_name in phases:
-            if load is None:
-                rows, rows_name = _rows(sealed, start), f"{start_name(start)}/{ROWS_FILE}"
-                starts.append((f"{bundle.EVIDENCE_DIR}/{rows_name}", rows))
-            else:
-                rows = _load_rows(sealed, start, load)
-                rows_name = f"{start_name(start)}/{load_name(load)}/{ROWS_FILE}"
-                starts.append((f"{bundle.EVIDENCE_DIR}/{rows_name}", rows))
+        for load, rows_name, before_name, after_name in phases(start_name(start), tuple(loads)):
+            rows = _rows(sealed, start) if load is None else _load_rows(sealed, start, load)
+            starts.append((f"{bundle.EVIDENCE_DIR}/{rows_name}", rows))
             checks.append(
                 _phase_check(
                     sealed,

@@ -241,6 +241,7 @@ def test_the_teacher_run_reproduces_its_token_ids_from_two_fresh_starts(
         "fresh_starts": VerdictStatus.PASS,
         "stall": VerdictStatus.PASS,
         "latency": VerdictStatus.PASS,
+        "load:c4": VerdictStatus.PASS,
         "live_audit:start-1": VerdictStatus.PASS,
         "live_audit:start-2": VerdictStatus.PASS,
         "server_log:start-1": VerdictStatus.PASS,

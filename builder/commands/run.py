@@ -65,6 +65,41 @@ class TeardownSummary(Output):
     seconds: float
 
 
+class Percentiles(Output):
+    """Times in seconds (`launch.latency.Distribution`)."""
+
+    count: int
+    p50_s: float
+    p90_s: float
+    p99_s: float
+    max_s: float
+
+
+class RatePercentiles(Output):
+    """Rates in tok/s, the unit in the key that holds them."""
+
+    count: int
+    p50: float
+    p90: float
+    p99: float
+    max: float
+
+
+class LoadSummary(Output):
+    """What one start's rows under a load measure (`launch.latency.LoadFigures`)."""
+
+    requests: int
+    input_tokens: int
+    output_tokens: int
+    duration_s: float
+    """From the first send to the last token read."""
+    aggregate_tok_s: float | None
+    request_tok_s: RatePercentiles | None
+    ttft: Percentiles | None
+    itl: Percentiles | None
+    tpot: Percentiles | None
+
+
 class StartSummary(Output):
     """One fresh start of the server."""
 
@@ -76,6 +111,8 @@ class StartSummary(Output):
     phases_s: dict[str, float]
     audit: AuditSummary | None
     rows: tuple[RowSummary, ...]
+    loads: dict[str, LoadSummary]
+    """Each load's figures (`oracle.gates.loads`), by its name."""
     metrics: MetricsDelta | None
     acceptance: float | None
     """Accepted / draft tokens of speculative decoding; null without it."""

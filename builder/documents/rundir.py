@@ -95,22 +95,19 @@ def load_name(load: str) -> str:
     return f"load-{load}"
 
 
-def metrics_reads(start: str, loads: Sequence[str]) -> list[tuple[str | None, str, str]]:
-    """Each phase of start directory `start` asked of the server, in order, with the
-    `/metrics` reads around it: (None for the suite or the load's name, the read before, the
-    read after), by path in the run directory. A load's read before is the phase before's
-    read after: the client asked nothing between them."""
-    phases: list[tuple[str | None, str, str]] = []
+def phases(start: str, loads: Sequence[str]) -> list[tuple[str | None, str, str, str]]:
+    """Each phase of start directory `start` asked of the server, in order: (None for the
+    suite or the load's name, its rows, the `/metrics` read before it, the read after it), by
+    path in the run directory. A load's read before is the phase before's read after: the
+    client asked nothing between them."""
+    found: list[tuple[str | None, str, str, str]] = []
     before = f"{start}/{METRICS_BEFORE}"
     for load in (None, *loads):
-        after = (
-            f"{start}/{METRICS_AFTER}"
-            if load is None
-            else (f"{start}/{load_name(load)}/{METRICS_AFTER}")
-        )
-        phases.append((load, before, after))
+        at = start if load is None else f"{start}/{load_name(load)}"
+        after = f"{at}/{METRICS_AFTER}"
+        found.append((load, f"{at}/{ROWS_FILE}", before, after))
         before = after
-    return phases
+    return found
 
 
 def rank_dir(start_dir: Path, rank: int) -> Path:
