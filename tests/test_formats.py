@@ -3,15 +3,22 @@ and a bundle written by another repro is refused as such, before any document is
 
 from __future__ import annotations
 
+import json
+import shutil
 from pathlib import Path
 
 import pytest
+from bundle_assets import example_key, example_trust
 from conftest import REPO_ROOT
 
+from repro_serving.builder.canonical import canonical_json
 from repro_serving.builder.documents.formats import FORMATS, format_of, tag_problems, tags
+from repro_serving.builder.sealing import dsse
 from repro_serving.builder.sealing.bundle import SEAL_FILES
 from repro_serving.builder.sealing.statement import Statement, statement_for
+from repro_serving.builder.verify import verify
 
+TINY = REPO_ROOT / "repro" / "tiny-cpu"
 BUNDLES = sorted(p.parent for p in (REPO_ROOT / "repro").glob("*/statement.json"))
 UNTYPED_SUFFIXES = (".log", ".prom", ".md", ".whl", ".py", ".txt")
 
@@ -89,3 +96,44 @@ def test_every_document_a_committed_bundle_seals_has_its_format_and_its_tag(bund
         if not path.endswith(UNTYPED_SUFFIXES):
             assert format_of(path) is not None, f"{bundle.name}/{path} is sealed with no format"
     assert tag_problems(tagged) == []
+
+
+def _retagged(tmp_path: Path, change: dict[str, str | None]) -> Path:
+    """A copy of the tiny bundle whose statement gives the paths of `change` those tags (None:
+    no tag), signed again with the example key (public: anyone can)."""
+    copy = tmp_path / "tiny-cpu"
+    shutil.copytree(TINY, copy, symlinks=True)
+    statement = json.loads((copy / "statement.json").read_text())
+    for subject in statement["subject"]:
+        if subject["name"] in change:
+            tag = change[subject["name"]]
+            subject.pop("annotations", None)
+            if tag is not None:
+                subject["annotations"] = {"format": tag}
+    data = canonical_json(statement)
+    (copy / "statement.json").write_bytes(data)
+    (copy / "statement.dsse.json").write_bytes(dsse.sign(data, example_key()).to_json())
+    return copy
+
+
+@pytest.mark.parametrize(
+    ("tag", "named"),
+    [
+        ("repro.rows/v1", "written by an older repro (this one reads repro.rows/v2)"),
+        ("repro.rows/v3", "written by a newer repro (this one reads repro.rows/v2)"),
+        (None, "1 of "),
+    ],
+    ids=["older", "newer", "untagged"],
+)
+def test_verify_refuses_another_repros_bundle_by_name_before_reading_it(
+    tmp_path: Path, tag: str | None, named: str
+) -> None:
+    rows = "evidence/start-1/rows.json"
+    report = verify(_retagged(tmp_path, {rows: tag}), example_trust())
+    assert not report.ok and report.findings == ()
+    (check,) = report.checks
+    assert check.claim == "format tags = the formats this repro reads"
+    assert named in check.detail
+    assert check.detail.endswith(
+        "verify it with the repro it carries in tools/: ./launch --verify-only"
+    )
