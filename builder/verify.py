@@ -39,7 +39,6 @@ from repro_serving.builder.documents.bundle import OpenedBundle
 from repro_serving.builder.documents.evidence import (
     OracleRow,
     ReplayDocument,
-    Rows,
     RunEvidence,
     ServerDocument,
     Teacher,
@@ -314,7 +313,7 @@ def recompute(
         )
     else:
         read = _guarded(_FIRST_ROWS, lambda: [_rows_read(sealed)])
-        rows = _rows(sealed, 1) if read[0].ok else ()
+        rows = sealed.rows(1) if read[0].ok else ()
         checks += [] if read[0].ok else read
         context = _Recomputing(sealed, rows, taught=not sealed_run, handoff=handoff)
         for name, stage in LIVE_RUN_STAGES:
@@ -324,7 +323,7 @@ def recompute(
 
 
 def _rows_read(sealed: JudgedBundle) -> ClaimCheck:
-    rows = _rows(sealed, 1)
+    rows = sealed.rows(1)
     return ClaimCheck(
         _FIRST_ROWS,
         EvidenceClass.SEALED,
@@ -517,7 +516,7 @@ def _throughput_checks(
 def _fresh_start_checks(sealed: JudgedBundle, first: tuple[OracleRow, ...]) -> list[ClaimCheck]:
     checks = []
     for start in range(2, sealed.manifest.oracle.gates.fresh_starts + 1):
-        again = _rows(sealed, start)
+        again = sealed.rows(start)
         same = [r.token_ids for r in again] == [r.token_ids for r in first]
         checks.append(
             ClaimCheck(
@@ -606,8 +605,9 @@ def _consistency_checks(sealed: JudgedBundle) -> list[ClaimCheck]:
     checks = []
     starts = []
     for start in range(1, manifest.oracle.gates.fresh_starts + 1):
+        served = _served(sealed, start)
         for load, rows_name, before_name, after_name in phases(start_name(start), tuple(loads)):
-            rows = _rows(sealed, start) if load is None else _load_rows(sealed, start, load)
+            rows = sealed.rows(start, load)
             starts.append((f"{bundle.EVIDENCE_DIR}/{rows_name}", rows))
             checks.append(
                 _phase_check(
@@ -617,6 +617,7 @@ def _consistency_checks(sealed: JudgedBundle) -> list[ClaimCheck]:
                     rows=rows,
                     names=(rows_name, before_name, after_name),
                     limits=limits,
+                    served=served,
                 )
             )
     problems = consistency.starts_problems(starts)
@@ -657,6 +658,31 @@ def _consistency_checks(sealed: JudgedBundle) -> list[ClaimCheck]:
     return checks
 
 
+@dataclass(frozen=True)
+class _Served:
+    """What one start's sealed files say of the server its phases were asked of, read once for
+    all its phases."""
+
+    log: str | None
+    """What the server logged while it served (up to teardown's `log_bytes`); None if none."""
+    log_source: str
+    read_by: float | None
+    """When teardown began: every `/metrics` read was taken before."""
+    facts: consistency.ServerFacts
+
+
+def _served(sealed: JudgedBundle, start: int) -> _Served:
+    teardown = _teardown(sealed, start)
+    log = _log(sealed, start, 0)
+    served = teardown.log_bytes if teardown is not None else None
+    return _Served(
+        log=log[: len(log) if served is None else served].decode(errors="replace") if log else None,
+        log_source=f"{bundle.EVIDENCE_DIR}/{start_name(start)}/{LOG_FILE}",
+        read_by=None if teardown is None else teardown.began_at,
+        facts=_server_facts(sealed, start),
+    )
+
+
 def _phase_check(
     sealed: JudgedBundle,
     start: int,
@@ -665,6 +691,7 @@ def _phase_check(
     rows: tuple[OracleRow, ...],
     names: tuple[str, str, str],
     limits: consistency.Limits,
+    served: _Served,
 ) -> ClaimCheck:
     """The rows of one phase of a start (its suite, or a load) against themselves and the
     suite, and the `/metrics` reads around it against them (`launch.consistency`). `names`:
@@ -684,21 +711,16 @@ def _phase_check(
         )
         problems.append(f"expected the /metrics reads around the rows, found no {missing}")
     else:
-        where = f"{bundle.EVIDENCE_DIR}/{start_name(start)}"
-        teardown = _teardown(sealed, start)
-        log = _log(sealed, start, 0)
-        served = teardown.log_bytes if teardown is not None else None
-        served_log = log[: len(log) if served is None else served]
         read = consistency.metrics_problems(
             rows,
             before,
             after,
             limits=limits,
             sources=(before_name, after_name),
-            read_by=None if teardown is None else teardown.began_at,
-            served_log=served_log.decode(errors="replace") if log else None,
-            log_source=f"{where}/{LOG_FILE}",
-            facts=_server_facts(sealed, start),
+            read_by=served.read_by,
+            served_log=served.log,
+            log_source=served.log_source,
+            facts=served.facts,
         )
         problems += read.problems
         found = consistency.Findings(found.problems, (*found.not_applicable, *read.not_applicable))
@@ -899,7 +921,7 @@ def _start_evidence(sealed: JudgedBundle) -> list[StartEvidence]:
                 teardown=teardown,
                 log=_log(sealed, start, rank),
                 server=server,
-                rows=_rows(sealed, start) if rank == 0 else (),
+                rows=sealed.rows(start) if rank == 0 else (),
                 served_by=_served_by(sealed, start) if rank == 0 else (),
             )
         )
@@ -1148,14 +1170,14 @@ def recompute_verdicts(sealed: JudgedBundle) -> tuple[Verdict, ...]:
     before = _text(sealed.start_file(1, METRICS_BEFORE))
     after = _text(sealed.start_file(1, METRICS_AFTER))
     evidence = RunEvidence(
-        rows=_rows(sealed, 1),
+        rows=sealed.rows(1),
         teacher=teacher,
         metrics=metrics.delta(before, after) if before is not None and after is not None else None,
         metrics_after=after,
         server_log=_text(sealed.start_file(1, LOG_FILE)),
-        later_starts=tuple(_rows(sealed, start) for start in range(2, starts + 1)),
+        later_starts=tuple(sealed.rows(start) for start in range(2, starts + 1)),
         loads={
-            load: tuple(_load_rows(sealed, start, load) for start in range(1, starts + 1))
+            load: tuple(sealed.rows(start, load) for start in range(1, starts + 1))
             for load in manifest.oracle.load_names
         },
     )
@@ -1403,24 +1425,10 @@ def _anchored_checks(sealed: JudgedBundle, *, taught: bool = True) -> list[Claim
     ]
 
 
-def _rows(sealed: JudgedBundle, start: int) -> tuple[OracleRow, ...]:
-    return _read_rows(sealed.start_file(start, ROWS_FILE))
-
-
-def _load_rows(sealed: JudgedBundle, start: int, load: str) -> tuple[OracleRow, ...]:
-    return _read_rows(sealed.load_file(start, load, ROWS_FILE))
-
-
-def _read_rows(path: Path) -> tuple[OracleRow, ...]:
-    if not path.is_file():
-        raise BadInput("sealed evidence is missing", where=str(path))
-    return read_document(Rows, path, what="the sealed rows").root
-
-
 def _answered(sealed: JudgedBundle, start: int) -> int:
     """The requests start `start`'s client posted: its suite's rows and every load's."""
-    loads = sealed.manifest.oracle.load_names
-    return len(_rows(sealed, start)) + sum(len(_load_rows(sealed, start, n)) for n in loads)
+    loads = (None, *sealed.manifest.oracle.load_names)
+    return sum(len(sealed.rows(start, load)) for load in loads)
 
 
 def _equal(

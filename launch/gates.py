@@ -539,38 +539,62 @@ def stall(gate: StallGate, starts: Sequence[tuple[int, Sequence[OracleRow]]]) ->
     )  # fmt: skip
 
 
-def latency_bounds(gate: LatencyGate, starts: Sequence[tuple[int, Sequence[OracleRow]]]) -> Verdict:
-    """Every start's TTFT and ITL p99 and TPOT p50 within the gate's bounds (`launch.latency`)."""
-    bounds: list[tuple[str, str, float | None]] = [
+Bound = tuple[str, str, float | None]
+"""(figure, quantile, bound in ms): `("itl", "p99", 500.0)`; no bound where None."""
+
+
+def latency_limits(gate: LatencyGate | Load) -> list[Bound]:
+    """The latency bounds a latency gate or a load declares, each by its figure and quantile."""
+    return [
         ("ttft", "p99", gate.ttft_p99_max_ms),
         ("itl", "p99", gate.itl_p99_max_ms),
         ("tpot", "p50", gate.tpot_p50_max_ms),
     ]
+
+
+def _bound_problems(
+    start: int, measured: Latency, bounds: Sequence[Bound]
+) -> tuple[list[str], list[str]]:
+    """Start `start`'s latency against each declared bound: what breaks one (a figure above
+    it, or none measured) and what holds."""
+    problems, held = [], []
+    for name, quantile, limit in bounds:
+        if limit is None:
+            continue
+        figure: Distribution | None = getattr(measured, name)
+        value = None if figure is None else getattr(figure, quantile)
+        text = f"start {start} {name.upper()} {quantile}"
+        if value is None:
+            problems.append(f"{text}: no {name.upper()} measured (expected <= {limit:g} ms)")
+        elif value * 1e3 > limit:
+            problems.append(f"{text} {value * 1e3:.1f} ms > {limit:g} ms")
+        else:
+            held.append(f"{text} {value * 1e3:.1f} ms <= {limit:g} ms")
+    return problems, held
+
+
+def _limits(bounds: Sequence[Bound]) -> dict[str, float]:
+    """The declared bounds as a verdict's details name them: `itl_p99_max_ms`."""
+    return {f"{n}_{q}_max_ms": v for n, q, v in bounds if v is not None}
+
+
+def latency_bounds(gate: LatencyGate, starts: Sequence[tuple[int, Sequence[OracleRow]]]) -> Verdict:
+    """Every start's TTFT and ITL p99 and TPOT p50 within the gate's bounds (`launch.latency`)."""
+    bounds = latency_limits(gate)
     problems, shown, details = [], [], {}
     for start, rows in starts:
         measured = latency(rows)
-        figures: dict[str, Distribution | None] = {
-            "ttft": measured.ttft, "itl": measured.itl, "tpot": measured.tpot,
-        }  # fmt: skip
         details[f"start-{start}"] = {
             name: None if figure is None else figure.as_details()
-            for name, figure in figures.items()
-        }
-        for name, quantile, limit in bounds:
-            if limit is None:
-                continue
-            figure = figures[name]
-            value = None if figure is None else getattr(figure, quantile)
-            text = f"start {start} {name.upper()} {quantile}"
-            if value is None:
-                problems.append(f"{text}: no {name.upper()} measured (expected <= {limit:g} ms)")
-            elif value * 1e3 > limit:
-                problems.append(f"{text} {value * 1e3:.1f} ms > {limit:g} ms")
-            else:
-                shown.append(f"{text} {value * 1e3:.1f} ms <= {limit:g} ms")
+            for name, figure in (
+                ("ttft", measured.ttft), ("itl", measured.itl), ("tpot", measured.tpot)
+            )
+        }  # fmt: skip
+        broken, held = _bound_problems(start, measured, bounds)
+        problems += broken
+        shown += held
     summary = "; ".join(problems) if problems else "; ".join(shown)
-    limits = {f"{n}_{q}_max_ms": v for n, q, v in bounds if v is not None}
-    return _verdict("latency", not problems, summary, **limits, measured=details)
+    return _verdict("latency", not problems, summary, **_limits(bounds), measured=details)
 
 
 # --- load shapes ---------------------------------------------------------------------------------
@@ -589,11 +613,7 @@ def load_verdict(load: Load, starts: Sequence[tuple[int, Sequence[OracleRow]]]) 
     gate = load_gate(load.name)
     if not starts:
         return _missing(gate, f"rows of load {load.name} in start 1")
-    latency_bounds: list[tuple[str, str, float | None]] = [
-        ("ttft", "p99", load.ttft_p99_max_ms),
-        ("itl", "p99", load.itl_p99_max_ms),
-        ("tpot", "p50", load.tpot_p50_max_ms),
-    ]
+    bounds = latency_limits(load)
     problems: list[str] = []
     shown: list[str] = []
     measured: dict[str, object] = {}
@@ -606,14 +626,7 @@ def load_verdict(load: Load, starts: Sequence[tuple[int, Sequence[OracleRow]]]) 
         if load.floor_tok_s is not None and (rate is None or rate < load.floor_tok_s):
             found = "no rate" if rate is None else f"{rate:.1f} tok/s"
             problems.append(f"{text} aggregate {found} < floor {load.floor_tok_s:g} tok/s")
-        for name, quantile, limit in latency_bounds:
-            figure = getattr(figures.latency, name)
-            value = None if figure is None else getattr(figure, quantile)
-            label = f"{text} {name.upper()} {quantile}"
-            if limit is not None and value is None:
-                problems.append(f"{label}: none measured (expected <= {limit:g} ms)")
-            elif limit is not None and value is not None and value * 1e3 > limit:
-                problems.append(f"{label} {value * 1e3:.1f} ms > {limit:g} ms")
+        problems += _bound_problems(start, figures.latency, bounds)[0]
         shown.append(
             f"{text}: {figures.requests} requests, "
             + ("no aggregate rate" if rate is None else f"{rate:.1f} tok/s aggregate")
@@ -631,13 +644,11 @@ def load_verdict(load: Load, starts: Sequence[tuple[int, Sequence[OracleRow]]]) 
                 f"start {start} aggregate rate differs from start 1's by {found} "
                 f"(expected at most {load.spread_max:.1%})"
             )
-    bounds = {
+    declared = {
         key: value
         for key, value in (
             ("floor_tok_s", load.floor_tok_s),
-            ("ttft_p99_max_ms", load.ttft_p99_max_ms),
-            ("itl_p99_max_ms", load.itl_p99_max_ms),
-            ("tpot_p50_max_ms", load.tpot_p50_max_ms),
+            *_limits(bounds).items(),
             ("spread_max", load.spread_max),
         )
         if value is not None
@@ -649,7 +660,7 @@ def load_verdict(load: Load, starts: Sequence[tuple[int, Sequence[OracleRow]]]) 
     )
     summary = f"{load.shape}: " + ("; ".join(problems) if problems else "; ".join(shown))
     return _verdict(
-        gate, not problems, summary, shape=shape, bounds=bounds, measured=measured, spread=spread
+        gate, not problems, summary, shape=shape, bounds=declared, measured=measured, spread=spread
     )
 
 

@@ -81,13 +81,15 @@ class Distribution:
         p50, p90, p99 = (percentile(values, q) for q in PERCENTILES)
         return cls(len(values), p50, p90, p99, max(values))
 
-    def as_details(self) -> dict[str, float | int]:
+    def as_details(self, unit: str = "_s") -> dict[str, float | int]:
+        """Its figures by key, each with `unit` (seconds by default; "" for a figure whose
+        unit the key holding it names, as `request_tok_s` does)."""
         return {
             "count": self.count,
-            "p50_s": self.p50,
-            "p90_s": self.p90,
-            "p99_s": self.p99,
-            "max_s": self.max,
+            f"p50{unit}": self.p50,
+            f"p90{unit}": self.p90,
+            f"p99{unit}": self.p99,
+            f"max{unit}": self.max,
         }
 
 
@@ -170,16 +172,14 @@ class LoadFigures:
 
     @classmethod
     def of(cls, rows: Sequence[OracleRow]) -> LoadFigures:
-        ends = [
-            (row.sent_at_s or 0.0) + row.token_offsets_s[-1] for row in rows if row.token_offsets_s
-        ]
-        starts = [row.sent_at_s or 0.0 for row in rows]
-        duration = max(ends) - min(starts) if ends and starts else 0.0
+        answered = [row for row in rows if row.token_offsets_s]
+        ends = [(row.sent_at_s or 0.0) + row.token_offsets_s[-1] for row in answered]
+        duration = max(ends) - min(row.sent_at_s or 0.0 for row in rows) if ends else 0.0
         output = sum(row.completion_tokens for row in rows)
         rates = [
             row.completion_tokens / row.token_offsets_s[-1]
-            for row in rows
-            if row.token_offsets_s and row.token_offsets_s[-1] > 0
+            for row in answered
+            if row.token_offsets_s[-1] > 0
         ]
         return cls(
             requests=len(rows),
@@ -194,25 +194,16 @@ class LoadFigures:
     def as_details(self) -> dict[str, object]:
         """The figures with their unit in each key, numbers as numbers."""
 
-        def shown(figure: Distribution | None) -> dict[str, float | int] | None:
-            return None if figure is None else figure.as_details()
+        def shown(figure: Distribution | None, unit: str = "_s") -> object:
+            return None if figure is None else figure.as_details(unit)
 
-        request = self.request_tok_s
         return {
             "requests": self.requests,
             "input_tokens": self.input_tokens,
             "output_tokens": self.output_tokens,
             "duration_s": self.duration_s,
             "aggregate_tok_s": self.aggregate_tok_s,
-            "request_tok_s": None
-            if request is None
-            else {
-                "count": request.count,
-                "p50": request.p50,
-                "p90": request.p90,
-                "p99": request.p99,
-                "max": request.max,
-            },
+            "request_tok_s": shown(self.request_tok_s, ""),
             "ttft": shown(self.latency.ttft),
             "itl": shown(self.latency.itl),
             "tpot": shown(self.latency.tpot),

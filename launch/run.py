@@ -441,7 +441,7 @@ def _ask_load(
 ) -> None:
     """The suite under `load`, its rows written once every request has ended, then /metrics."""
     directory = run.directory
-    with _timed(record, f"load-{load.name}"):
+    with _timed(record, load_name(load.name)):
         rows = oracle.answer_load(client, request, load)
         record.loads[load.name] = rows
         directory.write_rows(record.start, rows, load.name)
@@ -450,11 +450,8 @@ def _ask_load(
         directory.write_text(record.directory / load_name(load.name) / METRICS_AFTER, after)
     rate = LoadFigures.of(rows).aggregate_tok_s
     shown = "no aggregate rate" if rate is None else f"{rate:.1f} tok/s aggregate"
-    run.notify(
-        Event(
-            "load", record.start, f"load {load.name} ({load.shape}): {len(rows)} requests, {shown}"
-        )
-    )
+    line = f"load {load.name} ({load.shape}): {len(rows)} requests, {shown}"
+    run.notify(Event("load", record.start, line))
 
 
 def _audit(run: _Run, record: StartRecord, pid: int) -> AuditReport:

@@ -174,7 +174,9 @@ def test_a_load_verdict_holds_every_start_to_its_bounds_and_its_spread() -> None
         "start 2 ITL p99 20.0 ms > 15 ms" in load_verdict(bounded, [(1, fast), (2, slow)]).summary
     )
     one_read = [row("a", 0.0, (0.01, 0.01))]
-    assert "ITL p99: none measured" in load_verdict(bounded, [(1, one_read)]).summary
+    assert "start 1 ITL p99: no ITL measured (expected <= 15 ms)" in (
+        load_verdict(bounded, [(1, one_read)]).summary
+    )
 
 
 def test_every_declared_load_gets_a_verdict_a_plan_line_and_a_report_cell() -> None:

@@ -7,7 +7,6 @@ import dataclasses
 import errno
 import json
 import os
-import signal
 import stat
 import subprocess
 from pathlib import Path
@@ -23,6 +22,7 @@ from bundle_assets import (
     lock_document,
     seal_example,
 )
+from killed import killed_at
 
 from repro_serving.builder.canonical import canonical_json
 from repro_serving.builder.documents.formats import tags
@@ -318,22 +318,7 @@ def test_a_bundle_name_must_be_one_plain_directory_name(tmp_path: Path, name: st
 
 def _seal_killed_after(parent: Path, step: int, *, tag: str, force: bool) -> None:
     """Seal in a forked child that SIGKILLs itself right after step number `step`."""
-    pid = os.fork()
-    if pid == 0:  # the child: never returns into pytest
-        try:
-            seen = 0
-
-            def kill_at(done: str) -> None:
-                nonlocal seen
-                seen += 1
-                if seen == step:
-                    os.kill(os.getpid(), signal.SIGKILL)
-
-            seal_example(parent, tag=tag, force=force, progress=kill_at)
-        finally:
-            os._exit(0)
-    _, status = os.waitpid(pid, 0)
-    assert os.WIFSIGNALED(status) and os.WTERMSIG(status) == signal.SIGKILL
+    killed_at(lambda progress: seal_example(parent, tag=tag, force=force, progress=progress), step)
 
 
 def _steps(tmp_path: Path, *, force: bool) -> list[str]:

@@ -1323,7 +1323,9 @@ def test_a_lie_in_one_inter_token_time_under_load_with_its_verdict_is_refused_by
 
     document = hostile(tmp_path, capsys, edit)
     detail = failed(document, "start-1 rows under load c4")
-    assert f"{LOAD_ROWS}" in detail or "load-c4" in detail
+    pair = "evidence/start-1/metrics-after.prom → evidence/start-1/load-c4/metrics-after.prom"
+    assert f"{pair}: http_request_duration_seconds_bucket" in detail
+    assert "one observation a row, inside the client's times" in detail
 
 
 def test_a_load_row_sent_while_four_others_were_in_flight_is_refused(

@@ -4,14 +4,14 @@ Read only after `builder.sealing.integrity` proved the bundle intact; nothing he
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
 from typing import Self
 
 from repro_serving.builder.documents import read_document, read_sealed
 from repro_serving.builder.documents.audit import AuditDocument, AuditDrifts
-from repro_serving.builder.documents.evidence import RunDocument
+from repro_serving.builder.documents.evidence import OracleRow, Rows, RunDocument
 from repro_serving.builder.documents.host import HostFacts
 from repro_serving.builder.documents.lock import Lock
 from repro_serving.builder.documents.manifest import Manifest, Suite
@@ -21,6 +21,7 @@ from repro_serving.builder.documents.rundir import (
     AUDIT_DIR,
     DRIFTS_FILE,
     NODES_FILE,
+    ROWS_FILE,
     RUN_FILE,
     load_name,
     start_name,
@@ -48,6 +49,9 @@ class OpenedBundle:
     lock: Lock
     manifest: Manifest
     suite: Suite
+    _rows: dict[tuple[int, str | None], tuple[OracleRow, ...]] = field(
+        default_factory=dict, compare=False, repr=False
+    )
 
     @classmethod
     def read(cls, path: Path, anchor: Path | None = None) -> Self:
@@ -119,6 +123,21 @@ class OpenedBundle:
     def load_file(self, start: int, load: str, name: str) -> Path:
         """A file of load `load`'s evidence in start `start` (`oracle.gates.loads`)."""
         return self.start(start) / load_name(load) / name
+
+    def rows(self, start: int, load: str | None = None) -> tuple[OracleRow, ...]:
+        """The sealed rows of start `start`'s suite, or of its load `load`: read once, however
+        many claims judge them."""
+        key = (start, load)
+        if key not in self._rows:
+            path = (
+                self.start_file(start, ROWS_FILE)
+                if load is None
+                else self.load_file(start, load, ROWS_FILE)
+            )
+            if not path.is_file():
+                raise BadInput("sealed evidence is missing", where=str(path))
+            self._rows[key] = read_document(Rows, path, what="the sealed rows").root
+        return self._rows[key]
 
     def audit_documents(
         self, start: int, rank: int = 0

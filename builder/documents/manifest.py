@@ -40,7 +40,7 @@ from pydantic import (
 from pydantic_core import InitErrorDetails
 
 from repro_serving.builder.documents.invalid import InvalidDocument, refused, validated
-from repro_serving.builder.documents.positions import Loc, nearest, toml_positions
+from repro_serving.builder.documents.positions import Loc, line_column, nearest, toml_positions
 from repro_serving.builder.documents.translate import (
     Problem,
     key_path,
@@ -514,9 +514,9 @@ def _pinned_flags(
     for flag, value in pinned.items():
         found = flag_values(argv, flag)
         if found != (value,):
-            shown = ", ".join("no value" if v is None else repr(v) for v in found) or "absent"
+            given = ", ".join("no value" if v is None else repr(v) for v in found) or "absent"
             expected = f"{flag} given exactly once, with value {value!r} (launch.pinned_argv)"
-            violations.append(violation(loc, "pinned flag", expected, f"{flag}: {shown}"))
+            violations.append(violation(loc, "pinned flag", expected, f"{flag}: {given}"))
     return violations
 
 
@@ -1362,8 +1362,8 @@ def _read_text(path: Path, source: str, kind: str) -> str:
     try:
         return raw.decode("utf-8")
     except UnicodeDecodeError as error:
-        line = raw[: error.start].count(b"\n") + 1
-        column = error.start - (raw.rfind(b"\n", 0, error.start) + 1) + 1
+        valid = raw[: error.start].decode("utf-8")  # the decoder stopped at the first bad byte
+        line, column = line_column(valid, len(valid))
         found = f"byte 0x{raw[error.start]:02x}"
         position = f"line {line}, column {column}"
         problem = Problem("", "not UTF-8 text", "UTF-8", found, position)

@@ -32,7 +32,8 @@ def nearest(positions: Positions, loc: Sequence[str | int]) -> str:
     return ""
 
 
-def _line_column(text: str, offset: int) -> tuple[int, int]:
+def line_column(text: str, offset: int) -> tuple[int, int]:
+    """The line and column (both from 1, in characters) of `offset` in `text`."""
     line_start = text.rfind("\n", 0, offset) + 1
     return text.count("\n", 0, offset) + 1, offset - line_start + 1
 
@@ -90,7 +91,7 @@ def json_positions(text: str) -> dict[Loc, tuple[int, int]]:
     # Text pydantic refused as JSON: what was placed before the fault.
     with contextlib.suppress(IndexError, ValueError, RecursionError):
         scan.value(())
-    return {loc: _line_column(text, offset) for loc, offset in scan.offsets.items()}
+    return {loc: line_column(text, offset) for loc, offset in scan.offsets.items()}
 
 
 _KEY_PART: Final = r"""(?:[A-Za-z0-9_-]+|"(?:[^"\\]|\\.)*"|'[^']*')"""

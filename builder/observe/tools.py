@@ -52,6 +52,7 @@ from repro_serving.builder.own.release import (
     files_digest,
     is_package_member,
     labelled,
+    package_dir,
     repro_version,
     source_tree,
 )
@@ -107,7 +108,7 @@ def build_wheel(source: Path, out: Path, version: str) -> Path:
     readme = project.get("project", {}).get("readme")
     if isinstance(readme, str) and (source / readme).is_file():
         shutil.copy2(source / readme, staging / readme)
-    mapping = _package_dir(project)
+    mapping = package_dir(project)
     for directory in sorted(set(mapping.values())):
         # links are not copied: package-dir maps the folders
         shutil.copytree(source / directory, staging / directory, ignore=_ignored)
@@ -171,14 +172,6 @@ def _package_digest(wheel: Path) -> str:
     with zipfile.ZipFile(wheel) as archive:
         files = {name: archive.read(name) for name in archive.namelist() if is_package_member(name)}
     return files_digest(files)
-
-
-def _package_dir(project: dict[str, object]) -> dict[str, str]:
-    """pyproject.toml's `tool.setuptools.package-dir`: package → the source folder it maps to."""
-    tool = project.get("tool", {})
-    setuptools = tool.get("setuptools", {}) if isinstance(tool, dict) else {}
-    mapping = setuptools.get("package-dir", {}) if isinstance(setuptools, dict) else {}
-    return {str(k): str(v) for k, v in mapping.items()} if isinstance(mapping, dict) else {}
 
 
 def _ignored(directory: str, names: list[str]) -> set[str]:

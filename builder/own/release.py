@@ -147,7 +147,7 @@ def checkout_files(root: Path, project: Mapping[str, object]) -> dict[str, Path]
     modules of each of its packages (`checkout_packages`; `*.py` of its folder, as setuptools
     globs them) and its package data (pyproject's patterns), links left out."""
     setuptools = _table(_table(project, "tool"), "setuptools")
-    folders = setuptools.get("package-dir", {})
+    folders = package_dir(project)
     data = _table(setuptools, "package-data")
     files: dict[str, Path] = {}
     for package in checkout_packages(root, setuptools):
@@ -205,12 +205,17 @@ def _table(table: Mapping[str, object], key: str) -> dict[str, Any]:
     return value if isinstance(value, dict) else {}
 
 
-def _folder(package: str, folders: object) -> str:
+def package_dir(project: Mapping[str, object]) -> dict[str, str]:
+    """pyproject.toml's `tool.setuptools.package-dir`: package → the source folder it maps to."""
+    mapping = _table(_table(_table(project, "tool"), "setuptools"), "package-dir")
+    return {str(package): str(folder) for package, folder in mapping.items()}
+
+
+def _folder(package: str, folders: Mapping[str, str]) -> str:
     """The source folder of `package`: package-dir's entry of its longest mapped prefix."""
-    mapping = folders if isinstance(folders, dict) else {}
     parts = package.split(".")
     for cut in range(len(parts), 0, -1):
         prefix = ".".join(parts[:cut])
-        if prefix in mapping:
-            return "/".join([str(mapping[prefix]), *parts[cut:]])
+        if prefix in folders:
+            return "/".join([folders[prefix], *parts[cut:]])
     return "/".join(parts)

@@ -18,11 +18,11 @@ from typing import TypeVar
 from repro_serving.builder import imported
 from repro_serving.builder.claims import dispatch_claims, roles_claim
 from repro_serving.builder.documents import read_document, read_sealed
-from repro_serving.builder.documents.evidence import MetricsDelta, OracleRow, Rows, Teacher
+from repro_serving.builder.documents.evidence import MetricsDelta, Teacher
 from repro_serving.builder.documents.evidence import Verdict as GateVerdict
 from repro_serving.builder.documents.lock import Lock
 from repro_serving.builder.documents.probes import DISPATCH_FILE, Probes
-from repro_serving.builder.documents.rundir import METRICS_AFTER, METRICS_BEFORE, ROWS_FILE
+from repro_serving.builder.documents.rundir import METRICS_AFTER, METRICS_BEFORE
 from repro_serving.builder.errors import ReproError
 from repro_serving.builder.report import compute
 from repro_serving.builder.report.differences import compare, flatten
@@ -144,7 +144,7 @@ def _read(path: Path) -> _Sealed:
     manifest = opened.manifest
     teacher = Teacher.from_bytes(opened.teacher_bytes(), where=str(opened.oracle("teacher.json")))
     starts = tuple(
-        (f"start {n}", _rows(opened, n)) for n in range(1, manifest.oracle.gates.fresh_starts + 1)
+        (f"start {n}", opened.rows(n)) for n in range(1, manifest.oracle.gates.fresh_starts + 1)
     )
     before = opened.start_file(1, METRICS_BEFORE)
     after = opened.start_file(1, METRICS_AFTER)
@@ -178,11 +178,6 @@ def _read_imported(opened: JudgedBundle) -> _Sealed:
         metrics=record.metrics,
         sealed_rate=imported.conventional_rate(manifest, record),
     )
-
-
-def _rows(opened: JudgedBundle, start: int) -> tuple[OracleRow, ...]:
-    path = opened.start_file(start, ROWS_FILE)
-    return read_document(Rows, path, what="the sealed rows").root
 
 
 def _text(path: Path) -> str:
