@@ -11,15 +11,16 @@ from __future__ import annotations
 import json
 import sys
 from collections.abc import Iterable, Mapping, Sequence
-from typing import Annotated, Any, Final, Literal
+from typing import TYPE_CHECKING, Annotated, Any, Final, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
-from rich.console import Console
-from rich.table import Table
-from rich.text import Text
 
 from repro_serving.builder.drift import Drift
 from repro_serving.builder.errors import ExitCode, ReproError
+
+if TYPE_CHECKING:  # rich is loaded where a table or a console is made: a one-line verdict
+    from rich.console import Console  # (`repro verify`'s PASS) starts without it
+    from rich.table import Table
 
 JSON_VERSION: Final = 1
 
@@ -84,6 +85,8 @@ PIPE_WIDTH = 160
 
 def console() -> Console:
     """A console on stdout; no colour codes, and a fixed wide layout, off a terminal."""
+    from rich.console import Console
+
     width = None if sys.stdout.isatty() else PIPE_WIDTH
     return Console(file=sys.stdout, highlight=False, soft_wrap=True, width=width)
 
@@ -99,7 +102,15 @@ def write_json(payload: Mapping[str, Any]) -> None:
     sys.stdout.write(json_document(payload) + "\n")
 
 
+def say(line: str) -> None:
+    """One line of plain text on stdout, as it is (no markup read into it)."""
+    sys.stdout.write(line + "\n")
+
+
 def table(title: str, columns: Sequence[str], rows: Iterable[Sequence[object]]) -> Table:
+    from rich.table import Table
+    from rich.text import Text
+
     result = Table(title=title, title_justify="left", show_lines=False)
     for column in columns:
         result.add_column(column, overflow="fold")

@@ -57,3 +57,55 @@ def test_each_summary_is_the_first_line_of_the_command_modules_docstring() -> No
         module = commands.load(name)
         assert module.__doc__ is not None, name
         assert commands.summary(name) == module.__doc__.strip().splitlines()[0]
+
+
+def test_a_passing_verify_prints_its_verdict_without_loading_rich(tmp_path: Path) -> None:
+    out = tmp_path / "loaded.json"
+    probe = PROBE.replace('"numpy")', '"numpy", "rich")')
+    subprocess.run(
+        [sys.executable, "-c", probe, str(out), "verify", "repro/tiny-cpu", "--key",
+         "keys/example.pub"],
+        cwd=REPO, capture_output=True, check=True,
+    )  # fmt: skip
+    document = json.loads(out.read_text())
+    assert document["code"] == 0
+    assert not [m for m in document["loaded"] if m.startswith("rich")]
+
+
+COLLECTOR = """
+import gc, json, sys
+import repro_serving.builder.cli as cli
+out, caller, *command = sys.argv[1:]
+seen = []
+loaded = cli.build_parser
+def build_parser(name):
+    seen.append(gc.isenabled())  # while the command's modules load
+    return loaded(name)
+cli.build_parser = build_parser
+if caller == "program":
+    sys.argv = ["repro", *command]
+    code = cli.main()
+else:
+    code = cli.main(command)
+state = {"code": code, "loading": seen, "after": gc.isenabled(), "frozen": gc.get_freeze_count()}
+open(out, "w").write(json.dumps(state))
+"""
+
+
+@pytest.mark.parametrize("caller", ["program", "argv"])
+def test_only_the_program_pauses_the_collector_while_its_command_loads(
+    tmp_path: Path, caller: str
+) -> None:
+    out = tmp_path / "state.json"
+    subprocess.run(
+        [sys.executable, "-c", COLLECTOR, str(out), caller, "schema", "lock"],
+        cwd=REPO, capture_output=True, check=True,
+    )  # fmt: skip
+    state = json.loads(out.read_text())
+    assert state["code"] == 0
+    if caller == "program":
+        # paused while loading, collecting again while it runs, nothing left to walk at exit
+        assert (state["loading"], state["after"]) == ([False], True)
+        assert state["frozen"] > 0
+    else:
+        assert state == {"code": 0, "loading": [True], "after": True, "frozen": 0}

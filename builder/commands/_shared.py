@@ -6,17 +6,27 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Literal, Self
+from typing import TYPE_CHECKING, Literal, Self
 
 from pydantic import Field, JsonValue
-from rich.table import Table
 
 from repro_serving.builder.documents.lock import EvidenceClass
 from repro_serving.builder.drift import Difference, Drift
 from repro_serving.builder.errors import BadInput, ExitCode, NotObservable
 from repro_serving.builder.readers import describe_mode
-from repro_serving.builder.render import Output, Report, console, drift_table, table, write_report
+from repro_serving.builder.render import (
+    Output,
+    Report,
+    console,
+    drift_table,
+    say,
+    table,
+    write_report,
+)
 from repro_serving.builder.verify import VerifyReport
+
+if TYPE_CHECKING:
+    from rich.table import Table
 
 
 def output_directory(path: Path, *, option: str) -> Path:
@@ -127,20 +137,19 @@ def print_report(report: VerifyReport, *, details: bool = False) -> None:
     """The verdict on one screen: how many claims were recomputed and of which class, a table
     of those that do not hold (of every claim with `details`), each finding and difference,
     and the verdict line."""
-    out = console()
     numbered = list(enumerate(report.checks, start=1))
     shown = numbered if details else [(n, c) for n, c in numbered if not c.ok]
     if report.checks:
         classes = Counter(c.evidence.value for c in report.checks)
         failed = sum(not c.ok for c in report.checks)
-        out.print(
+        say(
             f"{report.bundle}: {len(report.checks)} claims recomputed from the sealed evidence ("
             + ", ".join(f"{count} {name}" for name, count in sorted(classes.items()))
             + ("), every one holds" if not failed else f"), {failed} do not hold")
             + ("" if details or failed else "; --details lists them")
         )
     if shown:
-        out.print(
+        console().print(
             table(
                 f"{report.bundle}: claims recomputed from the sealed evidence"
                 + ("" if details else ", those that do not hold"),
@@ -152,17 +161,17 @@ def print_report(report: VerifyReport, *, details: bool = False) -> None:
             )
         )
     if report.findings:
-        out.print(drift_table(report.findings))
+        console().print(drift_table(report.findings))
     if report.differences:
-        out.print(difference_table(report.differences))
+        console().print(difference_table(report.differences))
     if report.stopped:
-        out.print(report.stopped)
+        say(report.stopped)
     signers = ", ".join(k[:16] for k in report.key_ids) or "no key you trust"
     verdict = "PASS" if report.ok else "FAIL"
     differing = f", {len(report.differences)} difference(s) the manifest allows" * (
         bool(report.differences)
     )
-    out.print(f"{verdict}: {report.bundle} signed by {signers}{differing}")
+    say(f"{verdict}: {report.bundle} signed by {signers}{differing}")
 
 
 def difference_table(differences: tuple[Difference, ...]) -> Table:

@@ -16,8 +16,6 @@ import dataclasses
 import sys
 from pathlib import Path
 
-from rich.console import Console
-
 from repro_serving.builder.commands._keys import add_trust_arguments, trusted
 from repro_serving.builder.commands._shared import Verification, print_report
 from repro_serving.builder.errors import ExitCode
@@ -58,7 +56,8 @@ def execute(args: argparse.Namespace) -> int:
     bundle = bundle_path(args.bundle)
     shown: contextlib.AbstractContextManager[object] = contextlib.nullcontext()
     if not args.json and sys.stderr.isatty():
-        from rich.status import Status  # the spinner, only where someone watches it
+        from rich.console import Console  # the spinner, only where someone watches it
+        from rich.status import Status
 
         shown = Status(f"verifying {bundle}: {what}", console=Console(stderr=True))
     with shown, bundle_directory(bundle) as directory:

@@ -14,6 +14,7 @@ against the directory that holds the manifest file, never against the current di
 from __future__ import annotations
 
 import ast
+import functools
 import inspect
 import itertools
 import json
@@ -215,17 +216,19 @@ def placeholder_path(path: Path | str, values: Mapping[str, str]) -> str:
     are doubled, so that `expand(placeholder_path(p, values), values)` gives `p` back, normalised.
     Ties between values of equal length go to the first name in sorted order."""
     normal = posixpath.abspath(path)  # `normal_path` as a string: absolute, `..` gone, links kept
-    best: tuple[str, str] | None = None
-    for name, value in sorted(values.items()):
-        root = os.path.normpath(value)
-        inside = normal == root or normal.startswith(root.rstrip("/") + "/")
-        if inside and (best is None or len(root) > len(best[1])):
-            best = (name, root)
-    if best is None:
-        return _literal(normal)
-    name, root = best
-    rest = normal[len(root) :] if root != "/" else normal
-    return "{" + name + "}" + _literal(rest)
+    for name, root in _roots(tuple(values.items())):
+        if normal == root or normal.startswith(root.rstrip("/") + "/"):
+            rest = normal[len(root) :] if root != "/" else normal
+            return "{" + name + "}" + _literal(rest)
+    return _literal(normal)
+
+
+@functools.lru_cache(maxsize=8)
+def _roots(values: tuple[tuple[str, str], ...]) -> tuple[tuple[str, str], ...]:
+    """Each name and its value normalised, in the order `placeholder_path` tries them: longest
+    first, then by name (one sealed audit turns a thousand paths over the same values)."""
+    roots = ((name, os.path.normpath(value)) for name, value in values)
+    return tuple(sorted(roots, key=lambda entry: (-len(entry[1]), entry[0])))
 
 
 def _literal(text: str) -> str:

@@ -22,6 +22,7 @@ but its error root, as `repro --version` reads it.
 
 from __future__ import annotations
 
+import functools
 import glob
 import hashlib
 import os
@@ -79,8 +80,10 @@ def is_package_member(name: str) -> bool:
     )
 
 
+@functools.cache
 def repro_version() -> str:
-    """The version of the repro that runs, labelled with the digest of its files as they are."""
+    """The version of the repro that runs, labelled with the digest of its files as they were
+    when first asked: the code this process loaded, read once however often it is named."""
     package = running_package()
     return labelled(package.release, files_digest(read_files(package.files)))
 
