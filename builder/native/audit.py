@@ -42,10 +42,8 @@ from repro_serving.builder.native.rules import (
     AuditPolicy,
     env_drifts,
     inherited_environments,
-    module_drifts,
-    pin_drifts,
-    role_drifts,
     root_drifts,
+    tree_rule_drifts,
 )
 from repro_serving.builder.native.snapshot import MappedFile, ProcessSnapshot, TreeSnapshot
 
@@ -118,12 +116,8 @@ def judge(tree: TreeSnapshot, policy: AuditPolicy, loader: LoaderInputs) -> Audi
         processes.append(audit)
         drifts.extend(found)
     drifts.extend(_file_drifts(tree))
-    mapped = [f for f in tree.files.values() if f.is_elf]
-    drifts.extend(pin_drifts([(f.path, f.sha256) for f in mapped], policy))
-    root = next((p for p in tree.processes if p.pid == tree.root_pid), None)
-    root_environ = root.environ if root is not None else {}
-    drifts.extend(module_drifts([f.path for f in mapped], root_environ, policy))
-    drifts.extend(role_drifts([p.role for p in tree.processes], policy.roles))
+    mapped = [(f.path, f.sha256) for f in tree.files.values() if f.is_elf]
+    drifts.extend(tree_rule_drifts(mapped, tree.processes, tree.root_pid, policy))
     return AuditReport(tree.root_pid, tuple(processes), tuple(tree.files.values()), tuple(drifts))
 
 

@@ -205,8 +205,7 @@ def resolve_dlopen(
     fs: FileSystem,
 ) -> Resolution:
     """Where `dlopen(name)` called from `caller` lands in a process holding `loaded`."""
-    process = _Process(config, cache, fs, loaded)
-    resolution, _ = process.map_object(process.map_for(caller), name, callmap=True, dlopen=True)
+    resolution, _ = _Process(config, cache, fs, loaded).dlopen(caller, name)
     return resolution
 
 
@@ -223,8 +222,7 @@ def dlopen_closure(
     load order, and every resolution made (the dlopen itself first)."""
     process = _Process(config, cache, fs, loaded)
     before = len(process.maps)
-    caller_map = process.map_for(caller)
-    resolution, opened = process.map_object(caller_map, name, callmap=True, dlopen=True)
+    resolution, opened = process.dlopen(caller, name)
     process.resolutions.append(resolution)
     if opened is not None and process.maps.index(opened) >= before:
         process.load_dependencies([opened], dlopen=True)
@@ -372,6 +370,11 @@ class _Process:
             if found is not None and len(self.maps) > before:
                 loaded.append(found)
         return loaded
+
+    def dlopen(self, caller: LoadedObject, name: str) -> tuple[Resolution, _Map | None]:
+        """`dlopen(name)` called from `caller`, which lends its search path; for
+        `resolve_dlopen` and `dlopen_closure` alike."""
+        return self.map_object(self.map_for(caller), name, callmap=True, dlopen=True)
 
     def load_dependencies(self, roots: list[_Map], *, dlopen: bool) -> list[_Map]:
         """`_dl_map_object_deps`: breadth-first over DT_NEEDED; returns the search list."""

@@ -227,6 +227,36 @@ def _platform_allows(
     return any(classify(path, rule, platform, environ)[0] in allowed for platform in platforms)
 
 
+class TreeProcess(Protocol):
+    """One process of a tree as the tree-wide rules read it: live (`ProcessSnapshot`) or sealed
+    (`ProcessEvidence`)."""
+
+    @property
+    def pid(self) -> int: ...
+    @property
+    def role(self) -> str: ...
+    @property
+    def environ(self) -> Mapping[str, str]: ...
+
+
+def tree_rule_drifts(
+    files: Sequence[tuple[str, str | None]],
+    processes: Sequence[TreeProcess],
+    root_pid: int,
+    policy: AuditPolicy,
+) -> list[Drift]:
+    """What the tree as a whole must hold, for a live audit and a sealed one alike: its mapped
+    ELFs (path and sha256) against the kernel sets' pins (`pin_drifts`), the declared modules
+    mapped as the root's environment selects them (`module_drifts`), its processes by role
+    (`role_drifts`)."""
+    root = next((p for p in processes if p.pid == root_pid), None)
+    return [
+        *pin_drifts(files, policy),
+        *module_drifts([path for path, _ in files], root.environ if root else {}, policy),
+        *role_drifts([p.role for p in processes], policy.roles),
+    ]
+
+
 def pin_drifts(files: Iterable[tuple[str, str | None]], policy: AuditPolicy) -> list[Drift]:
     """Every mapped ELF of the tree (its path and sha256, each distinct file once) against the
     kernel sets' pins: other bytes at a pinned path, pinned bytes mapped from elsewhere (origin

@@ -35,10 +35,8 @@ from repro_serving.builder.native.rules import (
     AuditPolicy,
     env_drifts,
     inherited_environments,
-    module_drifts,
-    pin_drifts,
-    role_drifts,
     root_drifts,
+    tree_rule_drifts,
 )
 
 SHA256 = re.compile(r"[0-9a-f]{64}")
@@ -124,10 +122,7 @@ def rejudge(
         found = f"files: {documents[0].files}, {len(files)} distinct file ids mapped"
         drifts.append(_claim(where, "files", "the number of distinct ELF files listed", found))
     distinct = sorted(set(files.values()))
-    drifts += pin_drifts(distinct, policy)
-    root = next((p for p in processes if p.pid == documents[0].root_pid), None)
-    drifts += module_drifts([path for path, _ in distinct], root.environ if root else {}, policy)
-    drifts += role_drifts([p.role for p in processes], policy.roles)
+    drifts += tree_rule_drifts(distinct, processes, documents[0].root_pid, policy)
     return drifts
 
 

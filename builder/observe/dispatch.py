@@ -7,7 +7,6 @@ environment and nothing inherited, exactly as a server start would see it.
 
 from __future__ import annotations
 
-import subprocess
 import tempfile
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -16,6 +15,7 @@ from typing import Final
 from repro_serving.builder.errors import NotObservable
 from repro_serving.builder.native.dispatch import DispatchKind
 from repro_serving.builder.native.kernels import KernelSet
+from repro_serving.builder.observe.program import run_program
 
 PROBE_TIMEOUT_S: Final = 120.0
 
@@ -36,22 +36,14 @@ def _ask(name: str, code: str, python: Path, env: Mapping[str, str]) -> str:
     where = f"dispatch {name}: {python} -c {code!r}"
     with tempfile.TemporaryDirectory(prefix="repro-probe-") as cwd:
         whole = {"PATH": f"{python.parent}:/usr/bin:/bin", "HOME": cwd, "TMPDIR": cwd, **env}
-        try:
-            done = subprocess.run(
-                [str(python), "-c", code],
-                cwd=cwd,
-                env=whole,
-                capture_output=True,
-                text=True,
-                timeout=PROBE_TIMEOUT_S,
-                check=False,
-            )
-        except (OSError, subprocess.TimeoutExpired) as error:
-            raise NotObservable(
-                "the stack could not be asked which code path it chose",
-                where=where,
-                found=str(error),
-            ) from error
+        done = run_program(
+            [str(python), "-c", code],
+            timeout=PROBE_TIMEOUT_S,
+            env=whole,
+            cwd=cwd,
+            cannot="the stack could not be asked which code path it chose",
+            where=where,
+        )
     lines = done.stdout.strip().splitlines()
     if done.returncode != 0 or not lines:
         raise NotObservable(

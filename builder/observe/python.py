@@ -31,7 +31,6 @@ import csv
 import io
 import os
 import posixpath
-import subprocess
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from email.parser import HeaderParser
@@ -48,6 +47,7 @@ from repro_serving.builder.documents.python import (
 )
 from repro_serving.builder.errors import BadInput, NotObservable
 from repro_serving.builder.hashing import file_size, over_cores, sha256_file
+from repro_serving.builder.observe.program import run_program
 from repro_serving.builder.placeholders import Venv
 from repro_serving.builder.readers import ENVIRONMENT_FILE_LIMIT, parse_json, read_bytes
 
@@ -82,17 +82,13 @@ def interpreter_version(python: Path) -> tuple[str, str]:
     """`sys.version` of `python`, split into the version and the rest; run isolated and without
     `site`, so that no `.pth` file or package of the environment runs."""
     argv = [str(python), "-I", "-S", "-c", "import sys; print(sys.version)"]
-    try:
-        done = subprocess.run(
-            argv, capture_output=True, text=True, timeout=INTERPRETER_TIMEOUT_S, check=False
-        )
-    except (OSError, subprocess.TimeoutExpired) as error:
-        raise NotObservable(
-            "cannot run the interpreter of the virtual environment",
-            where=str(python),
-            found=str(error),
-            hint="check that the environment's interpreter exists and runs",
-        ) from error
+    done = run_program(
+        argv,
+        timeout=INTERPRETER_TIMEOUT_S,
+        cannot="cannot run the interpreter of the virtual environment",
+        where=str(python),
+        hint="check that the environment's interpreter exists and runs",
+    )
     if done.returncode != 0 or not done.stdout.strip():
         raise NotObservable(
             "the interpreter of the virtual environment did not report its version",

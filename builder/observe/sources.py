@@ -36,6 +36,7 @@ from repro_serving.builder.documents.manifest import Source
 from repro_serving.builder.documents.sources import Change, PatchFacts, SourceFacts
 from repro_serving.builder.errors import NotObservable
 from repro_serving.builder.hashing import sha256_file
+from repro_serving.builder.observe.program import run_program
 
 GIT_TIMEOUT_S: Final = 120.0
 # Configuration a repository could use to run a program while it is only being looked at.
@@ -150,17 +151,14 @@ def git(
     argv = ["git", *_SAFE_CONFIG, "-C", str(directory), *args]
     clean = {k: v for k, v in os.environ.items() if not k.startswith("GIT_")}
     clean |= {"LC_ALL": "C", "GIT_OPTIONAL_LOCKS": "0", **(env or {})}
-    try:
-        done = subprocess.run(
-            argv, capture_output=True, text=True, env=clean, timeout=GIT_TIMEOUT_S, check=False
-        )
-    except (OSError, subprocess.TimeoutExpired) as error:
-        raise NotObservable(
-            "cannot run git",
-            where=str(directory),
-            found=str(error),
-            hint="install git and check that it runs",
-        ) from error
+    done = run_program(
+        argv,
+        timeout=GIT_TIMEOUT_S,
+        env=clean,
+        cannot="cannot run git",
+        where=str(directory),
+        hint="install git and check that it runs",
+    )
     if done.returncode != 0 and done.returncode not in allowed:
         raise _git_failed(directory, args, done)
     return done
