@@ -39,7 +39,6 @@ from repro_serving.builder.documents.bundle import OpenedBundle
 from repro_serving.builder.documents.evidence import (
     OracleRow,
     ReplayDocument,
-    RunEvidence,
     ServerDocument,
     Teacher,
     TeardownDocument,
@@ -102,7 +101,13 @@ from repro_serving.builder.vllmlog import (
     logged_version_problems,
 )
 from repro_serving.launch import consistency, metrics, quality
-from repro_serving.launch.gates import audit_verdict, judge_run, kind_of, server_log_verdict
+from repro_serving.launch.gates import (
+    audit_verdict,
+    judge_run,
+    kind_of,
+    run_evidence,
+    server_log_verdict,
+)
 from repro_serving.launch.spec import RUN_PRIVATE_ENV
 
 _FIRST_ROWS: Final = f"{bundle.EVIDENCE_DIR}/{start_name(1)}/{ROWS_FILE}"
@@ -932,11 +937,11 @@ def _served_by(sealed: JudgedBundle, start: int) -> tuple[float, ...]:
     """The start time each of the start's `/metrics` reads states of the process serving it."""
     stated = []
     for name in (METRICS_BEFORE, METRICS_AFTER):
-        path = sealed.start_file(start, name)
-        text = _text(path)
+        text = sealed.start_text(start, name)
         if text is None:
             continue
-        values = metrics.samples(text, str(path)).get("process_start_time_seconds", {})
+        where = str(sealed.start_file(start, name))
+        values = metrics.samples(text, where).get("process_start_time_seconds", {})
         stated += list(values.values())
     return tuple(stated)
 
@@ -1167,20 +1172,7 @@ def recompute_verdicts(sealed: JudgedBundle) -> tuple[Verdict, ...]:
             expected=f"the teacher of {bundle.ORACLE_DIR}/{TEACHER_FILE}",
         )
     starts = manifest.oracle.gates.fresh_starts
-    before = _text(sealed.start_file(1, METRICS_BEFORE))
-    after = _text(sealed.start_file(1, METRICS_AFTER))
-    evidence = RunEvidence(
-        rows=sealed.rows(1),
-        teacher=teacher,
-        metrics=metrics.delta(before, after) if before is not None and after is not None else None,
-        metrics_after=after,
-        server_log=_text(sealed.start_file(1, LOG_FILE)),
-        later_starts=tuple(sealed.rows(start) for start in range(2, starts + 1)),
-        loads={
-            load: tuple(sealed.rows(start, load) for start in range(1, starts + 1))
-            for load in manifest.oracle.load_names
-        },
-    )
+    evidence = run_evidence(sealed, manifest.oracle, teacher)
     markers = tuple(marker for kernel_set in sealed.kernel_sets() for marker in kernel_set.markers)
     verdicts = judge_run(manifest.oracle.gates, evidence, kernel_markers=markers)
     audits = []

@@ -18,7 +18,7 @@ import re
 from collections import Counter
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
-from typing import Final
+from typing import Final, Protocol
 
 from repro_serving.builder.documents.evidence import (
     MetricsDelta,
@@ -35,16 +35,18 @@ from repro_serving.builder.documents.manifest import (
     Load,
     LogMarker,
     MetricsInfoGate,
+    Oracle,
     SpecDecodeGate,
     StallGate,
     ThroughputGate,
 )
+from repro_serving.builder.documents.rundir import LOG_FILE, METRICS_AFTER, METRICS_BEFORE
 from repro_serving.builder.drift import Drift
 from repro_serving.builder.errors import BadInput
 from repro_serving.builder.patterns import compile_pattern
 from repro_serving.launch import gatetext
 from repro_serving.launch.latency import Distribution, Latency, LoadFigures, latency, stalls
-from repro_serving.launch.metrics import samples
+from repro_serving.launch.metrics import delta, samples
 from repro_serving.launch.throughput import (
     HISTORICAL_LABEL,
     Throughput,
@@ -966,6 +968,35 @@ def judge(
 def plan(gates: Gates) -> gatetext.Plan:
     """Each gate a run of `gates` will judge, named as its verdict will be, with what it checks."""
     return [line for kind in GATES for line in kind.plan(gates)]
+
+
+class RunFiles(Protocol):
+    """A run's evidence as written: its run directory while it runs (`documents.rundir`), the
+    bundle that seals it afterwards (`documents.bundle`)."""
+
+    def rows(self, start: int, load: str | None = None) -> tuple[OracleRow, ...]: ...
+
+    def start_text(self, start: int, name: str) -> str | None: ...
+
+
+def run_evidence(files: RunFiles, oracle: Oracle, teacher: Teacher | None) -> RunEvidence:
+    """What the gates judge of a run, read from its evidence files alone: the run judges what
+    it writes, and `repro verify` judges the sealed copy again through this same reader. Start
+    1's rows, `/metrics` reads and log; each further start's rows; each load's rows per start."""
+    starts = range(1, oracle.gates.fresh_starts + 1)
+    before = files.start_text(1, METRICS_BEFORE)
+    after = files.start_text(1, METRICS_AFTER)
+    return RunEvidence(
+        rows=files.rows(1),
+        teacher=teacher,
+        metrics=delta(before, after) if before is not None and after is not None else None,
+        metrics_after=after,
+        server_log=files.start_text(1, LOG_FILE),
+        later_starts=tuple(files.rows(start) for start in starts[1:]),
+        loads={
+            load: tuple(files.rows(start, load) for start in starts) for load in oracle.load_names
+        },
+    )
 
 
 def judge_run(

@@ -38,7 +38,6 @@ from repro_serving.builder.documents.evidence import (
     MetricsDelta,
     OracleRow,
     RunDocument,
-    RunEvidence,
     ServerDocument,
     Teacher,
     TeacherRow,
@@ -653,21 +652,11 @@ def _write_teardown(
 # --- judging and finishing -----------------------------------------------------------------------
 
 
-def judge(plan: RunPlan, starts: tuple[StartRecord, ...]) -> tuple[Verdict, ...]:
-    """The manifest's gates over the run's evidence, and the live audit of each start."""
-    first = starts[0]
-    evidence = RunEvidence(
-        rows=tuple(first.rows),
-        teacher=plan.teacher,
-        metrics=first.metrics,
-        metrics_after=_read_text(first.directory / METRICS_AFTER),
-        server_log=_read_log(first.directory),
-        later_starts=tuple(tuple(start.rows) for start in starts[1:]),
-        loads={
-            load.name: tuple(tuple(start.loads.get(load.name, ())) for start in starts)
-            for load in plan.manifest.oracle.gates.loads
-        },
-    )
+def judge(
+    plan: RunPlan, directory: RunDirectory, starts: tuple[StartRecord, ...]
+) -> tuple[Verdict, ...]:
+    """The manifest's gates over the evidence the run wrote, and the live audit of each start."""
+    evidence = gates.run_evidence(directory, plan.manifest.oracle, plan.teacher)
     markers = runtime_markers(plan.manifest.native.kernel_sets, plan.kernels)
     verdicts = gates.judge_run(plan.manifest.oracle.gates, evidence, kernel_markers=markers)
     audits = (v for start in starts for v in _audit_verdicts(start))
@@ -718,7 +707,7 @@ def _finish(
     plan, directory = run.plan, run.directory
     error = next((start.error for start in starts if start.error is not None), None)
     complete = crash is None and error is None and bool(starts)
-    verdicts = judge(plan, tuple(starts)) if complete else ()
+    verdicts = judge(plan, directory, tuple(starts)) if complete else ()
     rows = tuple(starts[0].rows) if starts else ()
     quality_verdicts = quality.assess(plan.manifest.oracle.quality, rows) if complete else ()
     if status is None:
@@ -867,24 +856,12 @@ def _run_document(plan: RunPlan, suite: Suite, spec: ServerSpec) -> dict[str, An
     return document.model_dump(mode="json")
 
 
-def _read_log(start_dir: Path) -> str | None:
-    return _read_text(start_dir / LOG_FILE)
-
-
 def _read_bytes(path: Path) -> bytes:
     """A log as written; empty when the run did not get as far as writing it."""
     try:
         return path.read_bytes()
     except OSError:
         return b""
-
-
-def _read_text(path: Path) -> str | None:
-    """A piece of evidence as text; None when the run did not get as far as writing it."""
-    try:
-        return path.read_bytes().decode(errors="replace")
-    except OSError:
-        return None
 
 
 def _audit_line(report: AuditReport) -> str:

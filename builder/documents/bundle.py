@@ -120,6 +120,14 @@ class OpenedBundle:
     def start_file(self, start: int, name: str, rank: int = 0) -> Path:
         return self.start(start, rank) / name
 
+    def start_text(self, start: int, name: str) -> str | None:
+        """A sealed file of `start` as the run read it: decoded with replacement; None when it
+        is not sealed (the content check refuses that)."""
+        path = self.start_file(start, name)
+        if not path.is_file():
+            return None
+        return read_sealed(path, what="sealed evidence").decode(errors="replace")
+
     def load_file(self, start: int, load: str, name: str) -> Path:
         """A file of load `load`'s evidence in start `start` (`oracle.gates.loads`)."""
         return self.start(start) / load_name(load) / name

@@ -212,6 +212,19 @@ class RunDirectory:
         at = Path(start_name(start)) if load is None else Path(start_name(start), load_name(load))
         return self.write_json(at / ROWS_FILE, [row.model_dump(mode="json") for row in rows])
 
+    def rows(self, start: int, load: str | None = None) -> tuple[OracleRow, ...]:
+        """The rows `write_rows` wrote of `start` (or of its load `load`)."""
+        at = self.start_dir(start) if load is None else self.start_dir(start) / load_name(load)
+        return read_rows(at / ROWS_FILE)
+
+    def start_text(self, start: int, name: str) -> str | None:
+        """A file of `start` as text, decoded with replacement; None when the run did not get
+        as far as writing it."""
+        try:
+            return (self.start_dir(start) / name).read_bytes().decode(errors="replace")
+        except FileNotFoundError:
+            return None
+
     def write_status(
         self,
         status: RunStatus,
