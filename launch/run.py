@@ -40,7 +40,6 @@ from repro_serving.builder.documents.evidence import (
     RunDocument,
     ServerDocument,
     Teacher,
-    TeacherRow,
     TeardownDocument,
     Verdict,
     VerdictStatus,
@@ -333,19 +332,7 @@ def capture_teacher(record: RunRecord) -> Teacher:
     rows = record.rows
     gate = record.plan.manifest.oracle.gates.throughput
     rate = None if gate is None else measure(rows, gate.tokens).conventional_median
-    return Teacher(
-        suite=record.suite.name,
-        rows=tuple(
-            TeacherRow(
-                prompt_id=row.prompt_id,
-                prompt_index=row.prompt_index,
-                token_ids=row.token_ids,
-                text_sha256=row.text_sha256,
-            )
-            for row in rows
-        ),
-        conventional_tok_s=rate,
-    )
+    return Teacher.of_rows(record.suite.name, rows, rate)
 
 
 # --- one fresh start ----------------------------------------------------------------------------

@@ -10,6 +10,7 @@ gate never knows which it judges.
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Sequence
 from enum import StrEnum
 from itertools import pairwise
 from typing import Self
@@ -140,6 +141,22 @@ class Teacher(_Record):
     conventional_tok_s: float | None = None
     """The teacher run's conventional median rate (`launch.throughput`) over the manifest's
     throughput tokens, tok/s: what a throughput floor scales. None when no throughput is gated."""
+
+    @classmethod
+    def of_rows(
+        cls, suite: str, rows: Sequence[OracleRow], conventional_tok_s: float | None
+    ) -> Teacher:
+        """The teacher a run's rows make: each row's token ids and text sha256."""
+        taught = (
+            TeacherRow(
+                prompt_id=row.prompt_id,
+                prompt_index=row.prompt_index,
+                token_ids=row.token_ids,
+                text_sha256=row.text_sha256,
+            )
+            for row in rows
+        )
+        return cls(suite=suite, rows=tuple(taught), conventional_tok_s=conventional_tok_s)
 
     @classmethod
     def from_bytes(cls, data: bytes, *, where: str) -> Teacher:
