@@ -29,6 +29,7 @@ from PIL import Image
 from repro_serving.builder.build import build
 from repro_serving.builder.cli import main
 from repro_serving.builder.documents.audit import AuditDocument
+from repro_serving.builder.documents.evidence import VerdictStatus
 from repro_serving.builder.documents.manifest import ThroughputGate
 from repro_serving.builder.documents.rundir import read_rows
 from repro_serving.builder.drift import Drift, DriftKind
@@ -37,7 +38,6 @@ from repro_serving.builder.report.compute import audit_start, rate_problem
 from repro_serving.builder.report.gather import read_report
 from repro_serving.builder.report.model import (
     AuditStart,
-    GateStatus,
     Native,
     Report,
     Subject,
@@ -166,7 +166,7 @@ def test_the_laguna_report_shows_the_record_computed_from_its_evidence(
     assert f"{throughput.conventional_median:.2f}" == "101.94"
     gates = {g.gate: g for g in report.gates}
     assert gates["exact_token_ids"].measured == "13/13 rows equal"
-    assert gates["throughput"].status is GateStatus.PASS
+    assert gates["throughput"].status is VerdictStatus.PASS
     acceptance = report.acceptance
     assert acceptance is not None
     assert acceptance.per_position == (1171, 847, 631, 497, 397, 328, 248, 204, 172, 140, 112)

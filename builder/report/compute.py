@@ -13,7 +13,7 @@ from collections.abc import Sequence
 
 from repro_serving.builder.documents import evidence
 from repro_serving.builder.documents.audit import ProcessEvidence
-from repro_serving.builder.documents.evidence import MetricsDelta, OracleRow, Teacher
+from repro_serving.builder.documents.evidence import MetricsDelta, OracleRow, Teacher, VerdictStatus
 from repro_serving.builder.documents.lock import DispatchClaim, Lock
 from repro_serving.builder.documents.manifest import Gates, SpecDecodeGate, ThroughputGate
 from repro_serving.builder.drift import Drift
@@ -35,7 +35,6 @@ from repro_serving.builder.report.model import (
     DriftLine,
     FigureLine,
     GateLine,
-    GateStatus,
     LatencyLine,
     Native,
     ProcessLine,
@@ -112,10 +111,10 @@ def gate_lines(verdicts: Sequence[evidence.Verdict], gates: Gates) -> tuple[Gate
 def gate_line(verdict: evidence.Verdict, gates: Gates) -> GateLine:
     """What `verdict` measured against which bound, as its kind of gate describes it
     (`launch.gates.GATES`)."""
-    status = GateStatus(verdict.status.value)
+    status = verdict.status
     name = verdict.gate.partition(":")[2]
     kind = kind_of(verdict.gate)
-    if status is GateStatus.NOT_APPLICABLE:
+    if status is VerdictStatus.NOT_APPLICABLE:
         shown = Shown(NONE, NONE)
     elif "missing" in verdict.details:
         shown = Shown(f"no {verdict.details['missing']}", NONE if kind is None else kind.bound)

@@ -13,6 +13,8 @@ from typing import Final, Literal
 
 from pydantic import BaseModel, ConfigDict
 
+from repro_serving.builder.documents.evidence import VerdictStatus
+
 REPORT_SCHEMA: Final = "repro.report/v1"
 
 
@@ -73,17 +75,11 @@ class Verdict(_Model):
     drifts: tuple[DriftLine, ...]
 
 
-class GateStatus(StrEnum):
-    PASS = "pass"
-    FAIL = "fail"
-    NOT_APPLICABLE = "n/a"
-
-
 class GateLine(_Model):
     """One gate recomputed from the sealed evidence: what it measured against its bound."""
 
     gate: str
-    status: GateStatus
+    status: VerdictStatus
     measured: str
     bound: str
     summary: str

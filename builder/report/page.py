@@ -15,12 +15,12 @@ from collections.abc import Iterable, Sequence
 from html import escape
 from typing import Final
 
+from repro_serving.builder.documents.evidence import VerdictStatus
 from repro_serving.builder.report.charts import Chart
 from repro_serving.builder.report.model import (
     Acceptance,
     Comparison,
     GateLine,
-    GateStatus,
     LatencyLine,
     Native,
     PromptTiming,
@@ -179,7 +179,7 @@ def _verdict(verdict: Verdict) -> str:
     )
 
 
-def _status(status: GateStatus) -> str:
+def _status(status: VerdictStatus) -> str:
     css = {"pass": "pass", "fail": "fail", "n/a": "na"}[status.value]
     return f'<span class="status {css}">{_e(status.value)}</span>'
 
@@ -187,13 +187,13 @@ def _status(status: GateStatus) -> str:
 def _gates(gates: Sequence[GateLine]) -> str:
     rows = []
     for gate in gates:
-        css = ' class="fail"' if gate.status is GateStatus.FAIL else ""
-        shown = gate.summary if gate.status is GateStatus.NOT_APPLICABLE else gate.measured
+        css = ' class="fail"' if gate.status is VerdictStatus.FAIL else ""
+        shown = gate.summary if gate.status is VerdictStatus.NOT_APPLICABLE else gate.measured
         rows.append(
             f"<tr{css}><td>{_e(gate.gate)}</td><td>{_status(gate.status)}</td>"
             f"<td>{_e(shown)}</td><td>{_e(gate.bound)}</td></tr>"
         )
-    passed = sum(g.status is not GateStatus.FAIL for g in gates)
+    passed = sum(g.status is not VerdictStatus.FAIL for g in gates)
     return (
         f"<h2>Gates: {passed}/{len(gates)} pass or n/a</h2>"
         '<section class="card" id="gates"><table><thead><tr><th>gate</th><th>status</th>'
