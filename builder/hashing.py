@@ -18,10 +18,11 @@ import hashlib
 import io
 import mmap
 import os
+import re
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
-from typing import TypeVar
+from typing import Final, TypeVar
 
 from repro_serving.builder.errors import NotObservable
 
@@ -32,6 +33,14 @@ BATCH_FILES = 256
 
 _Item = TypeVar("_Item")
 _Result = TypeVar("_Result")
+
+SHA256_HEX: Final = "[0-9a-f]{64}"
+"""A sha256 as every sealed file and pin writes it: 64 lowercase hex digits."""
+_SHA256: Final = re.compile(SHA256_HEX)
+
+
+def is_sha256_hex(text: str) -> bool:
+    return _SHA256.fullmatch(text) is not None
 
 
 def sha256_stream(stream: io.BufferedIOBase) -> str:

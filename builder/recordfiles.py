@@ -71,7 +71,7 @@ from repro_serving.builder.documents.evidence import OracleRow, TeacherRow
 from repro_serving.builder.documents.manifest import Manifest, Suite, expand
 from repro_serving.builder.documents.translate import problems_of
 from repro_serving.builder.freshstarts import log_time_problems
-from repro_serving.builder.hashing import sha256_bytes
+from repro_serving.builder.hashing import SHA256_HEX, sha256_bytes
 from repro_serving.builder.native.rules import AuditPolicy, env_drifts
 from repro_serving.builder.vllmlog import flag_name, flag_value
 from repro_serving.launch.consistency import speculative_config
@@ -503,7 +503,7 @@ class Statements:
     problems: tuple[str, ...]
 
 
-_FILE_LINE: Final = re.compile(r"(?P<digest>[0-9a-f]{64})  (?P<path>/\S.*)")
+_FILE_LINE: Final = re.compile(rf"(?P<digest>{SHA256_HEX})  (?P<path>/\S.*)")
 _KEY_LINE: Final = re.compile(r"(?P<key>[a-z][a-z0-9_]*)=(?P<value>.*)")
 
 

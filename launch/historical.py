@@ -16,9 +16,9 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Annotated, Final, TypeVar
+from typing import Final, TypeVar
 
-from pydantic import BaseModel, ConfigDict, StringConstraints, ValidationError
+from pydantic import BaseModel, ConfigDict, ValidationError
 
 from repro_serving.builder.documents.evidence import (
     MetricsDelta,
@@ -28,6 +28,7 @@ from repro_serving.builder.documents.evidence import (
     TeacherRow,
 )
 from repro_serving.builder.documents.invalid import validated
+from repro_serving.builder.documents.manifest import Sha256
 from repro_serving.builder.errors import BadInput
 from repro_serving.builder.readers import (
     EVIDENCE_LIMIT,
@@ -42,8 +43,6 @@ TEACHER_TOKENS: Final = Path("teacher-token-oracle-v1.json")
 TEACHER_TEXTS: Final = Path("teacher-text-sha256-v1.json")
 _SNAPSHOT: Final = re.compile(r"^(?P<phase>prestart|poststop)-(?P<number>[0-9]{2})\.json$")
 _STATUS_LINE: Final = re.compile(r"^(?P<key>[A-Za-z_][A-Za-z0-9_]*)=(?P<value>-?[0-9]+)$")
-
-Sha256 = Annotated[str, StringConstraints(pattern=r"^[0-9a-f]{64}$")]
 
 
 class _Read(BaseModel):

@@ -51,6 +51,7 @@ from repro_serving.builder.documents.translate import (
     violation,
 )
 from repro_serving.builder.errors import BadInput
+from repro_serving.builder.hashing import SHA256_HEX
 from repro_serving.builder.readers import (
     MANIFEST_LIMIT,
     SUITE_LIMIT,
@@ -76,7 +77,7 @@ Name = Annotated[
     ),
 ]
 GitCommit = Annotated[str, meaning(r"^[0-9a-f]{40}$", "a git commit id: 40 lowercase hex digits")]
-Sha256 = Annotated[str, meaning(r"^[0-9a-f]{64}$", "a sha256: 64 lowercase hex digits")]
+Sha256 = Annotated[str, meaning(rf"^{SHA256_HEX}$", "a sha256: 64 lowercase hex digits")]
 RepoId = Annotated[
     str,
     meaning(

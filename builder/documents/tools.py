@@ -10,6 +10,7 @@ from pydantic import BaseModel, ConfigDict
 
 from repro_serving.builder.documents.python import normalize
 from repro_serving.builder.errors import BadInput
+from repro_serving.builder.hashing import SHA256_HEX
 from repro_serving.builder.sealing.bundle import REQUIREMENTS_FILE
 
 
@@ -36,7 +37,7 @@ _HEADER_LINE = re.compile(
 _FIELD = re.compile(r"# (?P<key>python|platform): (?P<value>[A-Za-z0-9._-]+)")
 _PIN = re.compile(
     r"(?P<name>[A-Za-z0-9][A-Za-z0-9._-]*)==(?P<version>[A-Za-z0-9.+!_-]+)"
-    r" --hash=sha256:(?P<sha256>[0-9a-f]{64})"
+    rf" --hash=sha256:(?P<sha256>{SHA256_HEX})"
 )
 
 

@@ -39,6 +39,7 @@ from repro_serving.builder.documents import validate_document
 from repro_serving.builder.documents.manifest import (
     PATH_PLACEHOLDERS,
     LogMarker,
+    Sha256,
     expand,
     placeholders_in,
 )
@@ -97,7 +98,6 @@ class Platform(_Frozen):
     path segment, `**` any number of segments."""
 
 
-Sha256 = Annotated[str, StringConstraints(pattern=r"^[0-9a-f]{64}$")]
 GitCommit = Annotated[str, StringConstraints(pattern=r"^[0-9a-f]{40}$")]
 ModuleName = Annotated[
     str, StringConstraints(pattern=r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*$")

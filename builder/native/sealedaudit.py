@@ -27,6 +27,7 @@ from typing import Final
 from repro_serving.builder.documents.audit import AuditDocument, ProcessEvidence
 from repro_serving.builder.documents.manifest import Manifest, expand
 from repro_serving.builder.drift import Drift, DriftKind
+from repro_serving.builder.hashing import is_sha256_hex
 from repro_serving.builder.native.dispatch import HostCapabilities
 from repro_serving.builder.native.kernels import KernelSet, dispatches
 from repro_serving.builder.native.roles import classify_role
@@ -39,7 +40,6 @@ from repro_serving.builder.native.rules import (
     tree_rule_drifts,
 )
 
-SHA256 = re.compile(r"[0-9a-f]{64}")
 START_TIME_PRECISION_S = 0.011
 """Two start times of one host share its boot time and count clock ticks (10 ms)."""
 
@@ -275,7 +275,7 @@ def _process_drifts(
             drifts.append(_claim(f"{at}: {obj.path}", "path", "one file mapped at a path", found))
         if obj.rule not in KNOWN_RULES:
             drifts.append(_claim(f"{at}: {obj.path}", "rule", " | ".join(KNOWN_RULES), obj.rule))
-        if obj.sha256 is None or not SHA256.fullmatch(obj.sha256):
+        if obj.sha256 is None or not is_sha256_hex(obj.sha256):
             drifts.append(_claim(f"{at}: {obj.path}", "sha256", "64 hex digits", obj.sha256))
         known = files.setdefault(obj.file_id, (obj.path, obj.sha256))
         if known != (obj.path, obj.sha256):

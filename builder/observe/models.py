@@ -27,12 +27,11 @@ from typing import Final
 
 from repro_serving.builder.documents.manifest import Model, placeholder_path
 from repro_serving.builder.documents.models import ModelFacts, ModelFile
-from repro_serving.builder.hashing import git_blob_sha1_file, sha256_file
+from repro_serving.builder.hashing import git_blob_sha1_file, is_sha256_hex, sha256_file
 from repro_serving.builder.readers import ENVIRONMENT_FILE_LIMIT, read_bytes
 
 NOT_RELEASE: Final = (".git", ".cache/huggingface")
 """Directories of fetch-tool bookkeeping inside a model directory; see the module docstring."""
-_SHA256_NAME: Final = re.compile(r"^[0-9a-f]{64}$")
 _GIT_BLOB_NAME: Final = re.compile(r"^[0-9a-f]{40}$")
 
 
@@ -80,7 +79,7 @@ def observe_file(
 
 
 def _blob_id(blob: Path, sha256: str) -> str | None:
-    if _SHA256_NAME.match(blob.name):
+    if is_sha256_hex(blob.name):
         return sha256
     if _GIT_BLOB_NAME.match(blob.name):
         return git_blob_sha1_file(blob)

@@ -37,6 +37,7 @@ from pathlib import Path
 
 from repro_serving import WHEEL_NAME
 from repro_serving.builder.errors import BadInput
+from repro_serving.builder.hashing import SHA256_HEX
 
 MANIFEST = "manifest.toml"
 LOCK = "lock.json"
@@ -70,13 +71,8 @@ SEAL_FILES = (STATEMENT, ENVELOPE, TEST_RESULT_ENVELOPE)
 """The files that seal the others: the statements cover every file but these."""
 REQUIRED_CONTENT = (MANIFEST, LOCK)
 
-_SHA256_HEX = re.compile(r"[0-9a-f]{64}")
-_LINE = re.compile(r"(?P<digest>[0-9a-f]{64})  (?P<path>[^\n]+)")
+_LINE = re.compile(rf"(?P<digest>{SHA256_HEX})  (?P<path>[^\n]+)")
 _BUNDLE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
-
-
-def is_sha256_hex(text: str) -> bool:
-    return _SHA256_HEX.fullmatch(text) is not None
 
 
 def path_problem(path: str) -> str | None:

@@ -65,13 +65,13 @@ from repro_serving.builder.documents import validate_document
 from repro_serving.builder.documents.formats import ANNOTATION, tags
 from repro_serving.builder.documents.lock import Lock
 from repro_serving.builder.errors import BadInput
+from repro_serving.builder.hashing import is_sha256_hex
 from repro_serving.builder.own import release
 from repro_serving.builder.readers import parse_json
 from repro_serving.builder.sealing.bundle import (
     KERNEL_SETS_DIR,
     MANIFEST,
     ORACLE_DIR,
-    is_sha256_hex,
     path_problem,
 )
 
