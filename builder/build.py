@@ -28,6 +28,7 @@ from repro_serving.builder.claims import (
     roles_claim,
 )
 from repro_serving.builder.documents.audit import ProcessEvidence
+from repro_serving.builder.documents.bundle import sealed_evidence
 from repro_serving.builder.documents.lock import (
     DispatchClaim,
     HostClaim,
@@ -49,15 +50,7 @@ from repro_serving.builder.documents.observations import (
 )
 from repro_serving.builder.documents.probes import DISPATCH_FILE
 from repro_serving.builder.documents.rundir import (
-    AUDIT_DIR,
-    LOAD_EVIDENCE,
     NODES_FILE,
-    RANK_EVIDENCE,
-    REPLAY_FILE,
-    RUN_EVIDENCE,
-    START_EVIDENCE,
-    load_name,
-    start_name,
 )
 from repro_serving.builder.drift import Drift, DriftKind
 from repro_serving.builder.errors import BadInput, ReproError
@@ -274,7 +267,7 @@ def _build_live(
         nodes=nodes,
     )
     say("sealing")
-    evidence = evidence_files(run_dir, len(record.starts), manifest.oracle.load_names)
+    evidence = evidence_files(run_dir, manifest, replayed=False)
     content = _content(
         manifest,
         manifest_path,
@@ -332,30 +325,20 @@ def _build_imported(
     return BuildResult(sealed, lock, None)
 
 
-def evidence_files(run_dir: Path, starts: int, loads: Sequence[str] = ()) -> dict[str, Path]:
-    """The run directory's evidence by its name under evidence/: each start's, with the
-    directory of each of its `loads`; a stack served across nodes also has its nodes' facts
-    and each rank's directory of each start."""
-    files = {
-        name: run_dir / name
-        for name in (*RUN_EVIDENCE, OBSERVATIONS_FILE, DISPATCH_FILE, NODES_FILE, REPLAY_FILE)
-        if (run_dir / name).is_file()
-    }
-    for number in range(1, starts + 1):
-        start = start_name(number)
-        places: list[tuple[str, tuple[str, ...]]] = [(start, START_EVIDENCE)]
-        places += [(f"{start}/{load_name(load)}", LOAD_EVIDENCE) for load in loads]
-        places += [
-            (f"{start}/{rank.name}", RANK_EVIDENCE)
-            for rank in sorted((run_dir / start).glob("rank-*"))
-        ]
-        for at, names in places:
-            for name in names:
-                if (run_dir / at / name).is_file():
-                    files[f"{at}/{name}"] = run_dir / at / name
-            if (run_dir / at / AUDIT_DIR).is_dir():
-                files[f"{at}/{AUDIT_DIR}"] = run_dir / at / AUDIT_DIR
-    return files
+def evidence_files(run_dir: Path, manifest: Manifest, *, replayed: bool) -> dict[str, Path]:
+    """The run directory's evidence by its name under evidence/: exactly what a bundle seals of
+    the manifest's run (`documents.bundle.sealed_evidence`). A file of it that the run did not
+    write refuses the seal, naming each."""
+    names = sorted(sealed_evidence(manifest, replayed=replayed))
+    missing = [name for name in names if not (run_dir / name).is_file()]
+    if missing:
+        raise BadInput(
+            "the run directory lacks evidence a bundle of its manifest seals",
+            where=str(run_dir),
+            expected=f"{len(names)} evidence files",
+            found=f"{len(missing)} missing: " + ", ".join(missing),
+        )
+    return {name: run_dir / name for name in names}
 
 
 def run_node_claims(

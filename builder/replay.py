@@ -131,9 +131,7 @@ def launch(
                 SUITE_FILE: opened.oracle(SUITE_FILE),
                 TEACHER_FILE: opened.oracle(TEACHER_FILE),
             },
-            evidence=evidence_files(
-                run_dir, len(record.starts), record.plan.manifest.oracle.load_names
-            ),
+            evidence=evidence_files(run_dir, record.plan.manifest, replayed=True),
             kernels=kernel_set_files(manifest.native.kernel_sets, kernels),
             run=True,
         )

@@ -35,7 +35,7 @@ from repro_serving.builder.claims import (
 )
 from repro_serving.builder.documents import read_document, read_sealed
 from repro_serving.builder.documents.audit import ProcessEvidence
-from repro_serving.builder.documents.bundle import OpenedBundle
+from repro_serving.builder.documents.bundle import OpenedBundle, sealed_evidence
 from repro_serving.builder.documents.evidence import (
     OracleRow,
     ReplayDocument,
@@ -75,7 +75,6 @@ from repro_serving.builder.documents.rundir import (
     SERVER_FILE,
     TEARDOWN_FILE,
     VERDICTS_FILE,
-    evidence_names,
     phases,
     start_name,
 )
@@ -362,16 +361,10 @@ def _content_check(sealed: JudgedBundle, handoff: bool, *, replayed: bool) -> Cl
     teardown record or a start's audit removed) and no more (a file nothing reads); a bundle
     (not a sealed run) also its launcher, README and tools; a run sealed by `repro launch`
     (`replayed`) its record of the bundle it replayed."""
-    manifest = sealed.manifest
-    roles = manifest.launch.processes
-    expected = bundle.fixed_content(manifest.native.kernel_sets)
+    expected = bundle.fixed_content(sealed.manifest.native.kernel_sets)
     if handoff:
         expected |= bundle.handoff_content(sealed.lock.bundle.repro_version)
-    ranks = {n.rank: manifest.node_processes(n.rank) for n in manifest.declared_nodes if n.rank}
-    evidence = evidence_names(
-        manifest.oracle.gates.fresh_starts, roles, ranks, manifest.oracle.load_names
-    )
-    evidence |= {OBSERVATIONS_FILE, DISPATCH_FILE, *([REPLAY_FILE] if replayed else [])}
+    evidence = sealed_evidence(sealed.manifest, replayed=replayed)
     expected |= {f"{bundle.EVIDENCE_DIR}/{name}" for name in evidence}
     return content_check(
         "content = what the manifest's run seals", bundle.content_files(sealed.path), expected

@@ -3,19 +3,29 @@
 from __future__ import annotations
 
 import math
+import shutil
+from pathlib import Path
 
 import pytest
+from conftest import REPO_ROOT
 from hypothesis import given
 from hypothesis import strategies as st
 
+from repro_serving.builder.build import evidence_files
 from repro_serving.builder.canonical import (
     SAFE_INTEGER,
     canonical_json,
     parse_canonical,
     parse_json,
 )
+from repro_serving.builder.documents.bundle import OpenedBundle
 from repro_serving.builder.errors import BadInput
-from repro_serving.builder.sealing.bundle import parse_sha256sums, path_problem, render_sha256sums
+from repro_serving.builder.sealing.bundle import (
+    EVIDENCE_DIR,
+    parse_sha256sums,
+    path_problem,
+    render_sha256sums,
+)
 
 JSON_VALUES = st.recursive(
     st.none()
@@ -132,3 +142,26 @@ def test_a_malformed_sha256sums_is_refused_at_its_line(data: bytes, what: str, w
 )
 def test_the_path_rule(path: str, problem: str | None) -> None:
     assert path_problem(path) == problem
+
+
+@pytest.mark.parametrize("name", ["tiny-cpu", "tiny-cpu-2node"])
+def test_a_build_seals_exactly_the_evidence_verify_expects(name: str, tmp_path: Path) -> None:
+    """The committed live bundles' evidence/ read as the run directory it was sealed from: the
+    build's selection is every file of it, no more; one file gone refuses the seal by name."""
+    sealed = OpenedBundle.read(REPO_ROOT / "repro" / name, REPO_ROOT / "manifests")
+    run_dir = sealed.path / EVIDENCE_DIR
+    files = evidence_files(run_dir, sealed.manifest, replayed=False)
+    on_disk = {str(p.relative_to(run_dir)) for p in run_dir.rglob("*") if p.is_file()}
+    assert set(files) == on_disk
+    assert all(path == run_dir / relative for relative, path in files.items())
+
+    copy = tmp_path / "run"
+    shutil.copytree(run_dir, copy)
+    (copy / "start-1" / "audit" / "drifts.json").unlink()
+    with pytest.raises(BadInput) as refused:
+        evidence_files(copy, sealed.manifest, replayed=False)
+    assert refused.value.found == "1 missing: start-1/audit/drifts.json"
+    # a replay also seals its own record of the bundle it replayed
+    with pytest.raises(BadInput, match="lacks evidence") as replayed:
+        evidence_files(run_dir, sealed.manifest, replayed=True)
+    assert replayed.value.found == "1 missing: replay.json"

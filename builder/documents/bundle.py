@@ -17,12 +17,15 @@ from repro_serving.builder.documents.lock import Lock
 from repro_serving.builder.documents.manifest import Manifest, Suite
 from repro_serving.builder.documents.nodes import NodesDocument
 from repro_serving.builder.documents.observations import OBSERVATIONS_FILE, ObservationsDocument
+from repro_serving.builder.documents.probes import DISPATCH_FILE
 from repro_serving.builder.documents.rundir import (
     AUDIT_DIR,
     DRIFTS_FILE,
     NODES_FILE,
+    REPLAY_FILE,
     ROWS_FILE,
     RUN_FILE,
+    evidence_names,
     load_name,
     start_name,
 )
@@ -39,6 +42,22 @@ from repro_serving.builder.sealing.bundle import (
     SUITE_FILE,
     TEACHER_FILE,
 )
+
+
+def sealed_evidence(manifest: Manifest, *, replayed: bool) -> set[str]:
+    """Every evidence file a bundle seals of its manifest's run, by its path under evidence/
+    (the same in the run directory): each start's (and each rank's, each load's), the run's
+    record and verdicts, the observations and dispatch probes, and a replay's own record
+    (`replayed`: sealed by `repro launch`). A build and a launch seal exactly these; verify
+    holds a bundle's evidence to them."""
+    ranks = {n.rank: manifest.node_processes(n.rank) for n in manifest.declared_nodes if n.rank}
+    names = evidence_names(
+        manifest.oracle.gates.fresh_starts,
+        manifest.launch.processes,
+        ranks,
+        manifest.oracle.load_names,
+    )
+    return names | {OBSERVATIONS_FILE, DISPATCH_FILE, *([REPLAY_FILE] if replayed else [])}
 
 
 @dataclass(frozen=True)
