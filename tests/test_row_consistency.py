@@ -20,6 +20,7 @@ from typing import Any
 
 import pytest
 from conftest import REPO_ROOT
+from prometheus import a_month_earlier, revalued
 
 from repro_serving.builder.documents.evidence import OracleRow, Rows
 from repro_serving.builder.documents.manifest import Manifest, Suite
@@ -1342,12 +1343,7 @@ def test_more_requests_timed_than_counted_are_refused() -> None:
     """The unlabelled histogram (every request) given 14 more: the handlers counted 6."""
 
     def more(metrics: str) -> str:
-        metrics = re.sub(
-            rf'^({HIGHR}_bucket\{{le="[^"]+"\}}) (\S+)$',
-            lambda m: f"{m[1]} {float(m[2]) + 14.0}",
-            metrics,
-            flags=re.MULTILINE,
-        )
+        metrics = revalued(metrics, rf'{HIGHR}_bucket\{{le="[^"]+"\}}', lambda n: n + 14.0)
         return sample(f"{HIGHR}_count", 20.0)(metrics)
 
     assert tiny_metrics(after=more) == (
@@ -1366,9 +1362,7 @@ def test_laguna_requests_timed_shorter_than_their_streams_are_refused() -> None:
     streamed 6 to 25 s: the labelled histogram, the same durations, and the rows both refuse."""
 
     def quick(metrics: str) -> str:
-        metrics = re.sub(
-            rf'^({HIGHR}_bucket\{{le="[^"]+"\}}) \S+$', r"\1 13.0", metrics, flags=re.MULTILINE
-        )
+        metrics = revalued(metrics, rf'{HIGHR}_bucket\{{le="[^"]+"\}}', lambda _: 13.0)
         return sample(f"{HIGHR}_sum", 0.1)(metrics)
 
     found = laguna_metrics(quick)
@@ -1555,12 +1549,7 @@ def test_vllm_counters_created_before_their_engine_core_started_are_refused() ->
     started = json.loads((TINY / "evidence/start-1/server.json").read_text())["started_at"]
 
     def early(metrics: str) -> str:
-        return re.sub(
-            r"^(vllm:\S+_created(?:\{[^}]*\})?) \S+$",
-            lambda m: f"{m[1]} {started + 1.0!r}",
-            metrics,
-            flags=re.MULTILINE,
-        )
+        return revalued(metrics, r"vllm:\S+_created(?:\{[^}]*\})?", lambda _: started + 1.0)
 
     assert tiny_read(before=early, after=early, facts=facts_of(TINY)) == tuple(
         f'{PAIR} ({which}): vllm:admission_rejections_created{{model_name="tiny",'
@@ -1603,15 +1592,8 @@ def test_laguna_counters_a_month_before_the_run_are_refused() -> None:
     """The process start and every counter's creation 30 days earlier: before the idle
     snapshots that saw no process holding a card, before the first request was sent."""
 
-    def earlier(metrics: str) -> str:
-        return re.sub(
-            r"^((?:vllm:\S+|http_\S+)_created(?:\{[^}]*\})?|process_start_time_seconds) (\S+)$",
-            lambda m: f"{m[1]} {float(m[2]) - 30 * 86400!r}",
-            metrics,
-            flags=re.MULTILINE,
-        )
-
-    before, after = earlier(text(LAGUNA, LAGUNA_BEFORE)), earlier(text(LAGUNA, LAGUNA_AFTER))
+    before = a_month_earlier(text(LAGUNA, LAGUNA_BEFORE))
+    after = a_month_earlier(text(LAGUNA, LAGUNA_AFTER))
     snapshot = (
         "run/idle-interval/prestart-12.json observed_utc (the last idle snapshot before) "
         "(1785102297.0558; 1 s of slack)"
