@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from laguna_record import CONVENTIONAL_MEDIAN, RANKS, RECORD, laguna_record, per_rank_marker
 
 from repro_serving.builder.documents.evidence import VerdictStatus
 from repro_serving.builder.documents.invalid import InvalidDocument
@@ -32,27 +33,13 @@ from repro_serving.launch.historical import (
     load_bench,
     load_cleanup_status,
     load_idle_snapshots,
-    load_record,
     load_teacher,
     read_log,
 )
 from repro_serving.launch.throughput import measure
 
-RECORD = Path(__file__).resolve().parents[1] / "records" / "laguna-102tps"
 HISTORICAL_MEDIAN = 102.97143559613157
-CONVENTIONAL_MEDIAN = 101.94172124017027
-RANKS = tuple(f"Worker_TP{i}_EP{i}" for i in range(4))
-RANK_PATTERN = r"^\((Worker_TP\d+_EP\d+) pid=\d+\)"
 GRAPHS = r"BreakableCUDAGraphCapture\(graphs=146, eager_breaks=145\)$"
-
-
-def per_rank_marker(name: str, pattern: str) -> LogMarker:
-    return LogMarker(
-        name=name,
-        pattern=pattern,
-        rank_pattern=RANK_PATTERN,
-        per_rank=dict.fromkeys(RANKS, 1),
-    )
 
 
 MARKERS = (
@@ -76,9 +63,7 @@ RECORD_GATES = Gates(
 
 @pytest.fixture(scope="module")
 def record() -> Record:
-    if not RECORD.is_dir():
-        pytest.fail(f"the Laguna record is not at {RECORD}: the tests need records/laguna-102tps")
-    return load_record(RECORD)
+    return laguna_record()
 
 
 def stored_conventional_median() -> float:
