@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from diagnostics import diagnostic, refusal
 from laguna_record import CONVENTIONAL_MEDIAN, RANKS, RECORD, laguna_record, per_rank_marker
 
 from repro_serving.builder.documents.evidence import VerdictStatus
@@ -335,13 +336,11 @@ def test_teacher_files_of_different_prompts_are_refused(tmp_path: Path) -> None:
 def test_a_cleanup_status_line_that_is_not_key_equals_integer_is_refused(tmp_path: Path) -> None:
     path = tmp_path / "cleanup-status.txt"
     path.write_text("original_status=0\nstop_status=ok\n", "utf-8")
-    with pytest.raises(BadInput) as caught:
-        load_cleanup_status(path)
-    assert caught.value.diagnostics() == (
-        "error: malformed record file: not a key=integer line\n"
-        f"  where:    {path}, line 2\n"
-        "  expected: key=integer\n"
-        "  found:    'stop_status=ok'"
+    assert refusal(BadInput, load_cleanup_status, path) == diagnostic(
+        "malformed record file: not a key=integer line",
+        f"{path}, line 2",
+        expected="key=integer",
+        found="'stop_status=ok'",
     )
 
 
