@@ -1,20 +1,29 @@
 """What a refusal prints: `refusal` catches one and gives its diagnostics, `diagnostic` writes
-the text expected of it, its labels aligned as the command line shows them."""
+the text expected of it, its labels aligned as the command line shows them; `refused` gives
+the error itself."""
 
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import TypeVar
 
 import pytest
 
 from repro_serving.builder.errors import ReproError
 
+E = TypeVar("E", bound=ReproError)
+
+
+def refused(kind: type[E], call: Callable[..., object], *args: object) -> E:
+    """The `kind` error that `call(*args)` must raise."""
+    with pytest.raises(kind) as raised:
+        call(*args)
+    return raised.value
+
 
 def refusal(kind: type[ReproError], call: Callable[..., object], *args: object) -> str:
     """The diagnostics of the `kind` error that `call(*args)` must raise."""
-    with pytest.raises(kind) as raised:
-        call(*args)
-    return raised.value.diagnostics()
+    return refused(kind, call, *args).diagnostics()
 
 
 def diagnostic(
