@@ -21,6 +21,7 @@ from typing import Any
 
 import pytest
 from bundle_assets import EXAMPLE_PUB, REPO_ROOT, resealed
+from cases import by_name
 from schemas import assert_valid
 
 from repro_serving.builder.canonical import canonical_json
@@ -76,11 +77,6 @@ def failed(document: dict[str, Any], claim: str) -> str:
     assert found, f"no check named {claim!r}"
     assert not all(c["ok"] for c in found), f"{claim!r} holds"
     return " ".join(c["detail"] for c in found if not c["ok"])
-
-
-def by_name(table: dict[str, tuple[Edit, str]]) -> list[Any]:
-    """A table's lies as test cases, each named by what it tells, in name order."""
-    return [pytest.param(*table[name], id=name) for name in sorted(table)]
 
 
 Lie = tuple[Edit, str, str | tuple[str, ...]]
