@@ -26,19 +26,12 @@ def refusal(kind: type[ReproError], call: Callable[..., object], *args: object) 
     return refused(kind, call, *args).diagnostics()
 
 
-def diagnostic(
-    error: str,
-    where: object,
-    *,
-    expected: str | None = None,
-    found: str | None = None,
-    hint: str | None = None,
-) -> str:
-    lines = [f"error: {error}", f"  where:    {where}"]
-    if expected is not None:
-        lines.append(f"  expected: {expected}")
-    if found is not None:
-        lines.append(f"  found:    {found}")
-    if hint is not None:
-        lines.append(f"  hint:     {hint}")
-    return "\n".join(lines)
+LABELS = {"expected": "  expected: ", "found": "  found:    ", "hint": "  hint:     "}
+
+
+def diagnostic(error: str, where: object, **fields: str) -> str:
+    """The text of a refusal: `error`, `where`, then those of expected, found and hint given,
+    in that order, each label aligned as printed."""
+    assert set(fields) <= set(LABELS), fields
+    given = [label + fields[name] for name, label in LABELS.items() if name in fields]
+    return "\n".join([f"error: {error}", f"  where:    {where}", *given])
