@@ -1035,16 +1035,30 @@ PREFILL_SUM = "vllm:request_prefill_time_seconds_sum"
 CLOCKS = "0.05 s of slack between the server's and the engine's clocks"
 
 
+def outlasting(series: str, what: str, found: str) -> str:
+    """The refusal of `series`, `what` of each tiny request, rising past their end-to-end
+    latencies."""
+    return (
+        f"{PAIR}: {series}: expected a rise of at most 0.470322 s (each request's {what} inside "
+        f"its end-to-end latency, whose sum rose by 0.420322 s; {CLOCKS}), found {found}"
+    )
+
+
+def not_the_same_intervals(series: str, of: str, expected: str, found: str) -> str:
+    """The refusal of `series`, which times the same intervals as `of`, rising otherwise."""
+    return (
+        f"{PAIR}: {series}: expected a rise of {expected} ({of}: the same intervals of the "
+        f"engine's clock, to 1e-06 s an observation), found {found}"
+    )
+
+
 def test_a_decode_time_longer_than_the_end_to_end_latency_is_refused() -> None:
     """Decode and inference 10 s longer: outside the 0.42 s the requests took, and no longer
     the sum of their inter-token latencies (equal to the last bit in every committed read)."""
     found = tiny_metrics(after=lambda t: plus(INFERENCE_SUM, 10)(plus(DECODE_SUM, 10)(t)))
     assert {
-        f"{PAIR}: {DECODE_SUM}: expected a rise of at most 0.470322 s (each request's decode "
-        f"inside its end-to-end latency, whose sum rose by 0.420322 s; {CLOCKS}), found "
-        "10.372868546000063",
-        f"{PAIR}: {ITL_SUM}: expected a rise of 10.372868546000063 ({DECODE_SUM}: the same "
-        "intervals of the engine's clock, to 1e-06 s an observation), found 0.37286854600006336",
+        outlasting(DECODE_SUM, "decode", "10.372868546000063"),
+        not_the_same_intervals(ITL_SUM, DECODE_SUM, "10.372868546000063", "0.37286854600006336"),
         f"{PAIR}: {QUEUE_SUM}, {PREFILL_SUM} and {DECODE_SUM}: expected rises summing to at most "
         "0.470322 s (a request is queued, prefilled and decoded inside its end-to-end latency, "
         f"whose sum rose by 0.420322 s; {CLOCKS}), found 10.4031 s",
@@ -1055,11 +1069,13 @@ def test_a_decode_time_within_its_buckets_but_not_its_steps_is_refused() -> None
     """10 ms more decode, inside every bucket bound and the end-to-end latency: the sum of the
     inter-token latencies and inference (prefill + decode) still tell."""
     assert tiny_metrics(after=plus(DECODE_SUM, 0.01)) == (
-        f"{PAIR}: {INFERENCE_SUM}: expected a rise of 0.41300842700025897 ({PREFILL_SUM} + "
-        f"{DECODE_SUM}: the same intervals of the engine's clock, to 1e-06 s an observation), "
-        "found 0.40300842700025896",
-        f"{PAIR}: {ITL_SUM}: expected a rise of 0.38286854600006337 ({DECODE_SUM}: the same "
-        "intervals of the engine's clock, to 1e-06 s an observation), found 0.37286854600006336",
+        not_the_same_intervals(
+            INFERENCE_SUM,
+            f"{PREFILL_SUM} + {DECODE_SUM}",
+            "0.41300842700025897",
+            "0.40300842700025896",
+        ),
+        not_the_same_intervals(ITL_SUM, DECODE_SUM, "0.38286854600006337", "0.37286854600006336"),
         f"{PAIR}: {TPOT_SUM}: expected a rise of 0.0123506 s (each request's decode time over its "
         "tokens after the first: the decode time's rise 0.382869 s over the rows' 31 to 31 "
         "tokens), found 0.01202801761290527",
@@ -1069,11 +1085,8 @@ def test_a_decode_time_within_its_buckets_but_not_its_steps_is_refused() -> None
 def test_inter_token_latencies_longer_than_the_requests_are_refused() -> None:
     found = tiny_metrics(after=plus(ITL_SUM, 34.0))
     assert {
-        f"{PAIR}: {ITL_SUM}: expected a rise of at most 0.470322 s (each request's inter-token "
-        f"latencies inside its end-to-end latency, whose sum rose by 0.420322 s; {CLOCKS}), found "
-        "34.37286854600006",
-        f"{PAIR}: {ITL_SUM}: expected a rise of 0.37286854600006336 ({DECODE_SUM}: the same "
-        "intervals of the engine's clock, to 1e-06 s an observation), found 34.37286854600006",
+        outlasting(ITL_SUM, "inter-token latencies", "34.37286854600006"),
+        not_the_same_intervals(ITL_SUM, DECODE_SUM, "0.37286854600006336", "34.37286854600006"),
     } <= set(found), found
 
 
@@ -1091,9 +1104,7 @@ def test_a_time_per_output_token_other_than_decode_over_the_tokens_is_refused(ri
 def test_a_queue_time_longer_than_the_requests_are_refused() -> None:
     found = tiny_metrics(after=plus(QUEUE_SUM, 50.0))
     assert {
-        f"{PAIR}: {QUEUE_SUM}: expected a rise of at most 0.470322 s (each request's time queued "
-        f"inside its end-to-end latency, whose sum rose by 0.420322 s; {CLOCKS}), found "
-        "50.00008781500037",
+        outlasting(QUEUE_SUM, "time queued", "50.00008781500037"),
         f"{PAIR}: {QUEUE_SUM} and {PREFILL_SUM}: expected rises summing to at most 0.101837 s (a "
         "request is queued and prefilled before the server sees its first token, whose times "
         f"rose by 0.0518367 s; {CLOCKS}), found 50.0302 s",
@@ -1325,14 +1336,20 @@ def test_suite_requests_the_server_timed_longer_than_the_client_waited_are_refus
     } <= set(found), found
 
 
-def test_request_sizes_observed_for_requests_never_counted_are_refused() -> None:
-    def sized(metrics: str) -> str:
+def sizes_counted(count: float) -> Callable[[str], str]:
+    """A change of a metrics text: `count` chat requests and responses sized."""
+
+    def change(metrics: str) -> str:
         for name in ("http_request_size_bytes_count", "http_response_size_bytes_count"):
-            metrics = sample(name, 9.0, handler="/v1/chat/completions")(metrics)
+            metrics = sample(name, count, handler="/v1/chat/completions")(metrics)
         return metrics
 
+    return change
+
+
+def test_request_sizes_observed_for_requests_never_counted_are_refused() -> None:
     counts = "the requests http_requests_total counts for the handler"
-    assert tiny_metrics(after=sized) == tuple(
+    assert tiny_metrics(after=sizes_counted(9.0)) == tuple(
         f"{PAIR} (after): {name}_count{{{CHAT}}}: expected 5 ({counts}: the instrumentator "
         "observes each one it counts), found 9"
         for name in ("http_request_size_bytes", "http_response_size_bytes")
@@ -1378,12 +1395,7 @@ def test_laguna_requests_timed_shorter_than_their_streams_are_refused() -> None:
 
 
 def test_laguna_request_sizes_of_uncounted_requests_are_refused() -> None:
-    def sized(metrics: str) -> str:
-        for name in ("http_request_size_bytes_count", "http_response_size_bytes_count"):
-            metrics = sample(name, 20.0, handler="/v1/chat/completions")(metrics)
-        return metrics
-
-    assert laguna_metrics(sized)[:1] == (
+    assert laguna_metrics(sizes_counted(20.0))[:1] == (
         f"{LAGUNA_PAIR} (after): http_request_size_bytes_count{{{CHAT}}}: expected 13 (the "
         "requests http_requests_total counts for the handler: the instrumentator observes each "
         "one it counts), found 20",
