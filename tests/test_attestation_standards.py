@@ -20,6 +20,7 @@ import re
 import shutil
 import urllib.parse
 from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -148,6 +149,15 @@ def resign(directory: Path, document: object, envelope: str = ENVELOPE) -> None:
     if envelope == ENVELOPE:
         (directory / STATEMENT).write_bytes(data)
     (directory / envelope).write_bytes(dsse.sign(data, example_key()).to_json())
+
+
+@contextmanager
+def resigned_dependencies(directory: Path) -> Iterator[list[dict[str, Any]]]:
+    """The resolved dependencies the statement of `directory` lists, to change in the block;
+    the statement signed again after it."""
+    document = json.loads(payload(directory))
+    yield document["predicate"]["buildDefinition"]["resolvedDependencies"]
+    resign(directory, document)
 
 
 def signed_by_securesystemslib(data: bytes, keyid: str) -> dict[str, Any]:
@@ -316,12 +326,10 @@ def test_a_statement_listing_another_wheel_hash_than_its_lock_is_refused_naming_
     tiny_run: Path, copy_of: Callable[[Path], Path]
 ) -> None:
     run = copy_of(tiny_run)
-    document = json.loads(payload(run))
-    entries = document["predicate"]["buildDefinition"]["resolvedDependencies"]
-    (torch,) = [e for e in entries if e["uri"] == "pkg:pypi/torch@2.13.0%2Bcpu"]
-    locked = torch["digest"]["sha256"]
-    torch["digest"]["sha256"] = "0" * 64
-    resign(run, document)
+    with resigned_dependencies(run) as entries:
+        (torch,) = [e for e in entries if e["uri"] == "pkg:pypi/torch@2.13.0%2Bcpu"]
+        locked = torch["digest"]["sha256"]
+        torch["digest"]["sha256"] = "0" * 64
     report = verify(run, example_trust())
     assert report.findings == (), "signature and files hold: only the recomputation refuses"
     assert check(report, DEPENDENCIES_CLAIM) == (
@@ -335,12 +343,10 @@ def test_a_statement_leaving_out_a_commit_or_adding_a_file_is_refused(
     laguna: Path, copy_of: Callable[[Path], Path]
 ) -> None:
     target = copy_of(laguna)
-    document = json.loads(payload(target))
-    entries = document["predicate"]["buildDefinition"]["resolvedDependencies"]
-    vllm = next(e for e in entries if e.get("name") == "vllm")
-    entries.remove(vllm)
-    entries.append({"name": "extra.bin", "digest": {"sha256": "1" * 64}})
-    resign(target, document)
+    with resigned_dependencies(target) as entries:
+        vllm = next(e for e in entries if e.get("name") == "vllm")
+        entries.remove(vllm)
+        entries.append({"name": "extra.bin", "digest": {"sha256": "1" * 64}})
     ok, detail = check(verify(target, example_trust()), DEPENDENCIES_CLAIM)
     assert not ok
     assert detail == (

@@ -7,7 +7,6 @@ repro audits it with and without the cuda platform set.
 
 from __future__ import annotations
 
-import dataclasses
 import os
 import shutil
 import subprocess
@@ -16,13 +15,13 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from policies import policy_allowing
 from schemas import assert_valid
 
 from repro_serving.builder.cli import main
 from repro_serving.builder.hashing import sha256_file
 from repro_serving.builder.native.kernels import KernelSet
-from repro_serving.builder.native.loaderhost import host_config
-from repro_serving.builder.native.policy import judge_tree, policy_from_flags
+from repro_serving.builder.native.policy import judge_tree
 from repro_serving.builder.native.processes import snapshot_tree
 
 LOADER = """
@@ -97,14 +96,8 @@ def pinned_set(directory: Path, path: str, sha256: str) -> KernelSet:
 
 def judge_pins(pid: int, root: Path, kernel_set: KernelSet) -> list[tuple[str, str, str]]:
     tree = snapshot_tree(pid)
-    flags = policy_from_flags(
-        tree, host_config().system_dirs, allowed_roots=(), modules=(), roles={}, preload=()
-    )
-    policy = dataclasses.replace(
-        flags,
-        allowed_roots=(*flags.allowed_roots, str(root.resolve())),
-        kernel_sets=(kernel_set,),
-        values={"venv": str(root.resolve())},
+    policy = policy_allowing(
+        tree, root, kernel_sets=(kernel_set,), values={"venv": str(root.resolve())}
     )
     return [(d.kind.value, d.subject, d.observed) for d in judge_tree(tree, policy).drifts]
 

@@ -177,12 +177,32 @@ def test_pyvenv_cfg_beside_the_executable_makes_a_virtual_environment_too() -> N
     assert "/srv/env/bin/pyvenv.cfg" in env.how
 
 
-def test_one_level_up_is_read_first_for_home_as_getpath_does() -> None:
+@pytest.mark.parametrize(
+    ("cfg", "home", "base"),
+    [
+        pytest.param(
+            "/opt/torch/.venv/bin/pyvenv.cfg",
+            "/elsewhere",
+            "/usr",
+            id="one level up is read first for home as getpath does",
+        ),
+        pytest.param(
+            "/opt/torch/.venv/pyvenv.cfg",
+            "/opt/python/3.12",
+            "/opt/python/3.12",
+            id="a symlinked venv python takes its base from home not from the link",
+        ),
+    ],
+)
+def test_a_venv_pythons_base_is_read_from_pyvenv_cfg_as_getpath_reads_it(
+    cfg: str, home: str, base: str
+) -> None:
+    """`cfg` written saying `home`, an installation there: `base` is the venv python's base."""
     files = host_like()
-    files.texts["/opt/torch/.venv/bin/pyvenv.cfg"] = "home = /elsewhere/bin\n"
-    files.stdlibs.add("/elsewhere")
+    files.texts[cfg] = f"home = {home}/bin\n"
+    files.stdlibs.add(home)
     env = found("/opt/torch/.venv/bin/python3", files)
-    assert env is not None and env.base == ("/usr",)
+    assert env is not None and env.base == (base,)
 
 
 def test_without_pyvenv_cfg_the_process_runs_in_the_base_of_its_real_executable() -> None:
@@ -197,14 +217,6 @@ def test_a_symlinked_python_without_pyvenv_cfg_is_its_target_installation() -> N
     files.links["/home/me/bin/python"] = "/usr/bin/python3.12"
     env = found("/home/me/bin/python", files)
     assert env is not None and (env.venv, env.base) == (None, ("/usr",))
-
-
-def test_a_symlinked_venv_python_takes_its_base_from_home_not_from_the_link() -> None:
-    files = host_like()
-    files.texts["/opt/torch/.venv/pyvenv.cfg"] = "home = /opt/python/3.12/bin\n"
-    files.stdlibs.add("/opt/python/3.12")
-    env = found("/opt/torch/.venv/bin/python3", files)
-    assert env is not None and env.base == ("/opt/python/3.12",)
 
 
 def test_pythonhome_names_the_base_unless_the_interpreter_ignores_the_environment() -> None:

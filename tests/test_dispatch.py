@@ -9,7 +9,6 @@ with the host facts faked.
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import shutil
 import subprocess
@@ -18,13 +17,13 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from policies import policy_allowing
 from pydantic import ValidationError
 
 from repro_serving.builder.drift import DriftKind
 from repro_serving.builder.native.dispatch import Dispatch, HostCapabilities, differs, predict
 from repro_serving.builder.native.kernels import KernelSet, dispatches
-from repro_serving.builder.native.loaderhost import host_config
-from repro_serving.builder.native.policy import judge_tree, policy_from_flags
+from repro_serving.builder.native.policy import judge_tree
 from repro_serving.builder.native.processes import snapshot_tree
 
 AVX2 = frozenset({"avx", "avx2", "fma", "sse4_2"})
@@ -178,12 +177,9 @@ def fake_set(directory: Path) -> KernelSet:
 
 def judge_as(pid: int, venv: Path, kernel_set: KernelSet, host: str) -> list[tuple[str, str]]:
     tree = snapshot_tree(pid)
-    policy = policy_from_flags(
-        tree, host_config().system_dirs, allowed_roots=(), modules=(), roles={}, preload=()
-    )
-    policy = dataclasses.replace(
-        policy,
-        allowed_roots=(*policy.allowed_roots, str(venv.resolve())),
+    policy = policy_allowing(
+        tree,
+        venv,
         modules=("fakepkg._C",),
         dispatches={d.name: d for d in kernel_set.dispatch},
         host=HOSTS[host],

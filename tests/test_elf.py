@@ -6,6 +6,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
+from diagnostics import diagnostic, refusal
 from elf_mutants import (
     DT_STRSZ,
     DT_STRTAB,
@@ -91,13 +92,11 @@ def test_reads_rpath_and_interpreter_of_an_executable(tmp_path: Path) -> None:
 def test_truncated_file_names_the_sizes(tmp_path: Path) -> None:
     target = tmp_path / "short.so"
     target.write_bytes(Path("/bin/true").read_bytes()[:20])
-    with pytest.raises(TruncatedElf) as raised:
-        read_elf(str(target))
-    assert raised.value.diagnostics() == (
-        "error: truncated ELF file\n"
-        f"  where:    {target}\n"
-        "  expected: at least 64 bytes for the ELF header\n"
-        "  found:    20 bytes"
+    assert refusal(TruncatedElf, read_elf, str(target)) == diagnostic(
+        "truncated ELF file",
+        target,
+        expected="at least 64 bytes for the ELF header",
+        found="20 bytes",
     )
 
 
@@ -108,13 +107,8 @@ def test_truncated_file_names_the_sizes(tmp_path: Path) -> None:
 def test_non_elf_file_names_its_first_bytes(tmp_path: Path, content: bytes, found: str) -> None:
     target = tmp_path / "script"
     target.write_bytes(content)
-    with pytest.raises(NotElf) as raised:
-        read_elf(str(target))
-    assert raised.value.diagnostics() == (
-        "error: not an ELF file\n"
-        f"  where:    {target}\n"
-        "  expected: ELF magic 7f 45 4c 46\n"
-        f"  found:    {found}"
+    assert refusal(NotElf, read_elf, str(target)) == diagnostic(
+        "not an ELF file", target, expected="ELF magic 7f 45 4c 46", found=found
     )
     assert not is_elf(str(target))
 

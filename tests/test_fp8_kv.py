@@ -15,6 +15,7 @@ import json
 import re
 from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import TypeVar
 
 import pytest
 
@@ -33,6 +34,7 @@ from repro_serving.builder.documents.manifest import (
     Suite,
     ToolCallCheck,
 )
+from repro_serving.builder.documents.translate import Problem
 from repro_serving.builder.errors import BadInput
 from repro_serving.launch import gates as gate_functions
 from repro_serving.launch.gates import judge
@@ -203,6 +205,39 @@ def failing(gates: Gates, evidence: RunEvidence) -> dict[str, str]:
     return {v.gate: v.summary for v in judge(gates, evidence) if not v.passed}
 
 
+def failing_quality(manifest: Manifest, rows: Sequence[OracleRow]) -> dict[str, str]:
+    """The quality checks that fail on `rows`, with their summaries."""
+    return {v.gate: v.summary for v in assess(manifest.oracle.quality, rows) if not v.passed}
+
+
+def answered(
+    rows: Sequence[OracleRow], prompt_id: str, change: Callable[[str], str]
+) -> tuple[OracleRow, ...]:
+    """`rows` with the answer to `prompt_id` changed."""
+    return tuple(
+        with_text(r, change(r.text or "")) if r.prompt_id == prompt_id else r for r in rows
+    )
+
+
+Row = TypeVar("Row", OracleRow, TeacherRow)
+
+
+def with_token(rows: Sequence[Row], index: int, position: int, token: int) -> tuple[Row, ...]:
+    """`rows` with token `position` of row `index` replaced by `token`."""
+    changed = list(rows)
+    ids = list(changed[index].token_ids)
+    ids[position] = token
+    changed[index] = changed[index].model_copy(update={"token_ids": tuple(ids)})
+    return tuple(changed)
+
+
+def only_failure(gates: Gates, evidence: RunEvidence, gate: str) -> str:
+    """The summary of `gate`, which must be the one gate that fails on `evidence`."""
+    found = failing(gates, evidence)
+    assert list(found) == [gate], found
+    return found[gate]
+
+
 def changed_log(evidence: RunEvidence, change: Callable[[str], str]) -> RunEvidence:
     assert evidence.server_log is not None
     return evidence.model_copy(update={"server_log": change(evidence.server_log)})
@@ -276,53 +311,41 @@ def test_the_bf16_record_itself_fails_exactly_the_fp8_rules(
 # --- each rule broken alone ---------------------------------------------------------------------
 
 
-def test_a_target_rank_without_its_calibrated_scale_audit_fails(
-    gates: Gates, evidence: RunEvidence
-) -> None:
-    broken = changed_log(
-        evidence,
-        lambda log: re.sub(
-            rf"^\(Worker_TP2_EP2 .*{re.escape(TARGET_AUDIT)}\n", "", log, flags=re.M
+@pytest.mark.parametrize(
+    ("rank", "audit", "logged", "marker"),
+    [
+        pytest.param(
+            "Worker_TP2_EP2",
+            TARGET_AUDIT,
+            None,
+            "target-calibrated-kv-scales",
+            id="a target rank without its calibrated scale audit",
         ),
-    )
-    assert failing(gates, broken) == {
-        "log_marker:target-calibrated-kv-scales": (
-            "target-calibrated-kv-scales: Worker_TP2_EP2 has 0 lines, expected 1"
-        )
-    }
-
-
-def test_a_calibrated_scale_audit_of_other_scales_fails(
-    gates: Gates, evidence: RunEvidence
-) -> None:
-    other = TARGET_AUDIT.replace(DIGEST, "0" * 64)
-    broken = changed_log(
-        evidence,
-        lambda log: re.sub(
-            rf"^(\(Worker_TP1_EP1 .*){re.escape(TARGET_AUDIT)}$", rf"\g<1>{other}", log, flags=re.M
+        pytest.param(
+            "Worker_TP1_EP1",
+            TARGET_AUDIT,
+            TARGET_AUDIT.replace(DIGEST, "0" * 64),
+            "target-calibrated-kv-scales",
+            id="a calibrated scale audit of other scales",
         ),
-    )
-    assert failing(gates, broken) == {
-        "log_marker:target-calibrated-kv-scales": (
-            "target-calibrated-kv-scales: Worker_TP1_EP1 has 0 lines, expected 1"
-        )
-    }
-
-
-def test_a_draft_rank_with_a_calibrated_cache_layer_fails(
-    gates: Gates, evidence: RunEvidence
-) -> None:
-    other = DRAFT_AUDIT.replace("uncalibrated=6", "uncalibrated=5")
-    broken = changed_log(
-        evidence,
-        lambda log: re.sub(
-            rf"^(\(Worker_TP3_EP3 .*){re.escape(DRAFT_AUDIT)}$", rf"\g<1>{other}", log, flags=re.M
+        pytest.param(
+            "Worker_TP3_EP3",
+            DRAFT_AUDIT,
+            DRAFT_AUDIT.replace("uncalibrated=6", "uncalibrated=5"),
+            "draft-unit-scale-kv",
+            id="a draft rank with a calibrated cache layer",
         ),
-    )
+    ],
+)
+def test_a_rank_whose_kv_scale_audit_is_not_logged_as_sealed_fails_its_marker(
+    gates: Gates, evidence: RunEvidence, rank: str, audit: str, logged: str | None, marker: str
+) -> None:
+    """The rank's audit line removed (`logged` None) or saying `logged` instead."""
+    line = re.compile(rf"^(\({rank} .*){re.escape(audit)}\n", flags=re.M)
+    instead = "" if logged is None else rf"\g<1>{logged}\n"
+    broken = changed_log(evidence, lambda log: line.sub(instead, log))
     assert failing(gates, broken) == {
-        "log_marker:draft-unit-scale-kv": (
-            "draft-unit-scale-kv: Worker_TP3_EP3 has 0 lines, expected 1"
-        )
+        f"log_marker:{marker}": f"{marker}: {rank} has 0 lines, expected 1"
     }
 
 
@@ -430,14 +453,11 @@ def test_a_row_that_differs_from_the_fp8_teacher_fails_exactness(
     gates: Gates, evidence: RunEvidence, fp8_rows: tuple[OracleRow, ...]
 ) -> None:
     assert evidence.teacher is not None
-    teacher_rows = list(evidence.teacher.rows)
-    ids = list(teacher_rows[4].token_ids)
-    ids[37] += 1
-    teacher_rows[4] = teacher_rows[4].model_copy(update={"token_ids": tuple(ids)})
-    teacher = evidence.teacher.model_copy(update={"rows": tuple(teacher_rows)})
-    found = failing(gates, evidence.model_copy(update={"teacher": teacher}))
-    assert list(found) == ["exact_token_ids"]
-    assert found["exact_token_ids"].startswith(
+    rows = evidence.teacher.rows
+    teacher_rows = with_token(rows, 4, 37, rows[4].token_ids[37] + 1)
+    teacher = evidence.teacher.model_copy(update={"rows": teacher_rows})
+    broken = evidence.model_copy(update={"teacher": teacher})
+    assert only_failure(gates, broken, "exact_token_ids").startswith(
         "12/13 rows equal the teacher's token ids; row arithmetic-reasoning differs at token 37"
     )
 
@@ -446,8 +466,7 @@ def test_a_warm_prompt_fails_the_cold_rule(gates: Gates, evidence: RunEvidence) 
     assert evidence.rows is not None
     rows = list(evidence.rows)
     rows[12] = rows[12].model_copy(update={"cached_tokens": 768})
-    found = failing(gates, evidence.model_copy(update={"rows": tuple(rows)}))
-    assert list(found) == ["cached_tokens_zero"]
+    only_failure(gates, evidence.model_copy(update={"rows": tuple(rows)}), "cached_tokens_zero")
 
 
 def test_a_second_start_that_is_slower_fails_the_rate_and_keeps_its_tokens(
@@ -484,22 +503,19 @@ def test_a_second_start_that_did_not_run_fails_both_reproduction_rules(
 def test_a_second_start_with_other_tokens_fails_the_output_rule(
     gates: Gates, evidence: RunEvidence, fp8_rows: tuple[OracleRow, ...]
 ) -> None:
-    again = list(fp8_rows)
-    ids = list(again[0].token_ids)
-    ids[511] = 0
-    again[0] = again[0].model_copy(update={"token_ids": tuple(ids)})
-    found = failing(gates, evidence.model_copy(update={"later_starts": (tuple(again),)}))
-    assert list(found) == ["fresh_starts"]
-    assert "row python-lru-cache differs at token 511" in found["fresh_starts"]
+    again = with_token(fp8_rows, 0, 511, 0)
+    broken = evidence.model_copy(update={"later_starts": (again,)})
+    assert "row python-lru-cache differs at token 511" in only_failure(
+        gates, broken, "fresh_starts"
+    )
 
 
 def test_a_candidate_slower_than_its_target_only_teacher_fails_the_floor(
     gates: Gates, evidence: RunEvidence, fp8_rows: tuple[OracleRow, ...]
 ) -> None:
     teacher = teacher_of(fp8_rows, rate=120.0)
-    found = failing(gates, evidence.model_copy(update={"teacher": teacher}))
-    assert list(found) == ["throughput"]
-    assert found["throughput"].startswith(
+    broken = evidence.model_copy(update={"teacher": teacher})
+    assert only_failure(gates, broken, "throughput").startswith(
         "conventional median 101.94 tok/s over 100 tokens < floor 120.00 (1.0 of sealed 120.00)"
     )
 
@@ -537,13 +553,12 @@ def test_an_answer_that_is_not_json_fails_quality_and_leaves_exactness_passing(
     manifest: Manifest, gates: Gates, evidence: RunEvidence, fp8_rows: tuple[OracleRow, ...]
 ) -> None:
     cut = previews()[STRUCTURED]  # the record's preview: JSON cut off mid-object
-    rows = tuple(with_text(r, cut) if r.prompt_id == STRUCTURED else r for r in fp8_rows)
+    rows = answered(fp8_rows, STRUCTURED, lambda _: cut)
     run = evidence.model_copy(
         update={"rows": rows, "teacher": teacher_of(rows), "later_starts": (rows,)}
     )
     assert all(verdict.passed for verdict in judge(gates, run))
-    failed = {v.gate: v.summary for v in assess(manifest.oracle.quality, rows) if not v.passed}
-    assert failed == {
+    assert failing_quality(manifest, rows) == {
         "quality:structured-output": (
             "json: 0/1 rows pass; structured-extraction: not JSON (Expecting value at line 8, "
             "column 66)"
@@ -551,36 +566,43 @@ def test_an_answer_that_is_not_json_fails_quality_and_leaves_exactness_passing(
     }
 
 
-def test_an_answer_without_its_code_block_fails_that_check_only(
-    manifest: Manifest, fp8_rows: tuple[OracleRow, ...]
-) -> None:
-    rows = tuple(
-        with_text(r, (r.text or "").replace("```rust", "```"))
-        if r.prompt_id == "rust-stream-parser"
-        else r
-        for r in fp8_rows
-    )
-    failed = {v.gate: v.summary for v in assess(manifest.oracle.quality, rows) if not v.passed}
-    assert failed == {
-        "quality:code-rust": "code_block: 0/1 rows pass; rust-stream-parser: no ```rust block"
-    }
+LOOP = "\nThe cache evicts the least recently used entry when it is full. " * 6
 
 
-def test_a_decoding_loop_fails_the_repetition_check(
-    manifest: Manifest, fp8_rows: tuple[OracleRow, ...]
+@pytest.mark.parametrize(
+    ("prompt_id", "change", "failed"),
+    [
+        pytest.param(
+            "rust-stream-parser",
+            lambda text: text.replace("```rust", "```"),
+            {
+                "quality:code-rust": (
+                    "code_block: 0/1 rows pass; rust-stream-parser: no ```rust block"
+                )
+            },
+            id="an answer without its code block fails that check only",
+        ),
+        pytest.param(
+            "prose-decision-memo",
+            lambda text: text + LOOP,
+            {
+                "quality:no-repetition": (
+                    "repetition: 12/13 rows pass; prose-decision-memo: 12 words repeat 6 times (at "
+                    "most 3): 'The cache evicts the least recently used entry when it is f…'"
+                )
+            },
+            id="a decoding loop fails the repetition check",
+        ),
+    ],
+)
+def test_an_answer_changed_fails_the_quality_check_it_breaks_only(
+    manifest: Manifest,
+    fp8_rows: tuple[OracleRow, ...],
+    prompt_id: str,
+    change: Callable[[str], str],
+    failed: dict[str, str],
 ) -> None:
-    loop = "\nThe cache evicts the least recently used entry when it is full. " * 6
-    rows = tuple(
-        with_text(r, (r.text or "") + loop) if r.prompt_id == "prose-decision-memo" else r
-        for r in fp8_rows
-    )
-    failed = {v.gate: v.summary for v in assess(manifest.oracle.quality, rows) if not v.passed}
-    assert failed == {
-        "quality:no-repetition": (
-            "repetition: 12/13 rows pass; prose-decision-memo: 12 words repeat 6 times (at most "
-            "3): 'The cache evicts the least recently used entry when it is f…'"
-        )
-    }
+    assert failing_quality(manifest, answered(fp8_rows, prompt_id, change)) == failed
 
 
 def test_a_short_prompt_or_an_answer_that_ignores_the_context_fails_long_context(
@@ -727,36 +749,29 @@ def test_a_quality_check_of_an_unknown_prompt_is_refused() -> None:
 SHA = "b08053d052ee3e55424944fec1b27ff1ed7919b60df3616a5f2220bdbde7da0a"
 
 
+def suite_problems(**document: object) -> list[Problem]:
+    """The problems of suite `s` (8 tokens, seed 1) with the keys of `document` besides."""
+    text = json.dumps({"name": "s", "max_tokens": 8, "seed": 1, **document})
+    with pytest.raises(InvalidDocument) as caught:
+        Suite.from_json(text, source="s.json")
+    return list(caught.value.problems)
+
+
 def test_a_prompt_with_both_text_and_digest_is_refused() -> None:
-    document = {
-        "name": "s",
-        "api": "chat",
-        "max_tokens": 8,
-        "seed": 1,
-        "temperature": 0,
-        "prompts": [
+    problems = suite_problems(
+        api="chat",
+        temperature=0,
+        prompts=[
             {"id": "a", "sha256": SHA},
             {"id": "b", "messages": [{"role": "user", "content": "hi"}], "sha256": SHA},
         ],
-    }
-    with pytest.raises(InvalidDocument) as caught:
-        Suite.from_json(json.dumps(document), source="s.json")
-    assert [(p.where, p.found) for p in caught.value.problems] == [
+    )
+    assert [(p.where, p.found) for p in problems] == [
         ("key prompts[0]", "key sha256"),
         ("key prompts[1]", "key messages and key sha256"),
     ]
 
 
 def test_a_suite_of_texts_needs_its_temperature() -> None:
-    document = {
-        "name": "s",
-        "api": "completion",
-        "max_tokens": 8,
-        "seed": 1,
-        "prompts": [{"id": "a", "prompt": "hi"}],
-    }
-    with pytest.raises(InvalidDocument) as caught:
-        Suite.from_json(json.dumps(document), source="s.json")
-    assert [(p.where, p.what) for p in caught.value.problems] == [
-        ("key temperature", "missing key")
-    ]
+    problems = suite_problems(api="completion", prompts=[{"id": "a", "prompt": "hi"}])
+    assert [(p.where, p.what) for p in problems] == [("key temperature", "missing key")]

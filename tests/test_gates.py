@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import TypeVar
 
 import pytest
+from laguna_record import CONVENTIONAL_MEDIAN, RECORD, laguna_record, per_rank_marker
 
 from repro_serving.builder.documents.evidence import (
     MetricsDelta,
@@ -31,18 +32,11 @@ from repro_serving.builder.documents.manifest import (
     ThroughputGate,
 )
 from repro_serving.launch import gates
-from repro_serving.launch.historical import RUN_DIR, Record, load_record
+from repro_serving.launch.historical import RUN_DIR, Record
 from repro_serving.launch.metrics import delta
 
-RECORD = Path(__file__).resolve().parents[1] / "records" / "laguna-102tps"
-CONVENTIONAL_MEDIAN = 101.94172124017027
-RANKS = tuple(f"Worker_TP{i}_EP{i}" for i in range(4))
-RANK_PATTERN = r"^\((Worker_TP\d+_EP\d+) pid=\d+\)"
-CAPTURED = LogMarker(
-    name="captured",
-    pattern=r"Captured audited breakable cudagraph .*\(graphs=146, eager_breaks=145\)$",
-    rank_pattern=RANK_PATTERN,
-    per_rank=dict.fromkeys(RANKS, 1),
+CAPTURED = per_rank_marker(
+    "captured", r"Captured audited breakable cudagraph .*\(graphs=146, eager_breaks=145\)$"
 )
 REPLAYED = CAPTURED.model_copy(
     update={"name": "replayed", "pattern": CAPTURED.pattern.replace("Captured", "Replayed")}
@@ -64,9 +58,7 @@ GATES = Gates(
 
 @pytest.fixture(scope="module")
 def record() -> Record:
-    if not RECORD.is_dir():
-        pytest.fail(f"the Laguna record is not at {RECORD}: the tests need records/laguna-102tps")
-    return load_record(RECORD)
+    return laguna_record()
 
 
 @pytest.fixture(scope="module")
@@ -609,23 +601,23 @@ def test_a_run_capturing_the_teacher_states_the_rate_it_seals_and_its_bounds(
 
 
 def test_enabled_gates_without_their_evidence_fail_naming_what_is_missing() -> None:
+    missing = {  # each gate in the order judged, and the evidence it misses
+        "exact_token_ids": "oracle rows",
+        "text_sha256": "oracle rows",
+        "cached_tokens_zero": "oracle rows",
+        "prefix_cache_hit_delta_zero": "metrics diff",
+        "log_marker:captured": "server log",
+        "log_marker:replayed": "server log",
+        "log_marker:projections": "server log",
+        "forbidden_log_patterns": "server log",
+        "spec_decode": "metrics diff",
+        "throughput": "oracle rows",
+        "fresh_starts": "oracle rows of start 1",
+    }
     verdicts = gates.judge(GATES.model_copy(update={"fresh_starts": 2}), RunEvidence())
     assert [(v.gate, v.status, v.summary) for v in verdicts] == [
-        ("exact_token_ids", VerdictStatus.FAIL, "no oracle rows in the run's evidence"),
-        ("text_sha256", VerdictStatus.FAIL, "no oracle rows in the run's evidence"),
-        ("cached_tokens_zero", VerdictStatus.FAIL, "no oracle rows in the run's evidence"),
-        (
-            "prefix_cache_hit_delta_zero",
-            VerdictStatus.FAIL,
-            "no metrics diff in the run's evidence",
-        ),
-        ("log_marker:captured", VerdictStatus.FAIL, "no server log in the run's evidence"),
-        ("log_marker:replayed", VerdictStatus.FAIL, "no server log in the run's evidence"),
-        ("log_marker:projections", VerdictStatus.FAIL, "no server log in the run's evidence"),
-        ("forbidden_log_patterns", VerdictStatus.FAIL, "no server log in the run's evidence"),
-        ("spec_decode", VerdictStatus.FAIL, "no metrics diff in the run's evidence"),
-        ("throughput", VerdictStatus.FAIL, "no oracle rows in the run's evidence"),
-        ("fresh_starts", VerdictStatus.FAIL, "no oracle rows of start 1 in the run's evidence"),
+        (gate, VerdictStatus.FAIL, f"no {what} in the run's evidence")
+        for gate, what in missing.items()
     ]
 
 
@@ -648,27 +640,22 @@ def test_a_throughput_gate_without_a_sealed_rate_fails(record: Record) -> None:
 
 
 def test_gates_the_manifest_disables_are_not_applicable_and_say_so(record: Record) -> None:
-    off = Gates(
-        exact_token_ids=False,
-        text_sha256=False,
-        cached_tokens_zero=False,
-        prefix_cache_hit_delta_zero=False,
+    disabled = (
+        "exact_token_ids",
+        "text_sha256",
+        "cached_tokens_zero",
+        "prefix_cache_hit_delta_zero",
     )
+    off = Gates.model_validate(dict.fromkeys(disabled, False))
     verdicts = gates.judge(off, RunEvidence())
-    assert [(v.gate, v.status, v.summary) for v in verdicts] == [
-        ("exact_token_ids", VerdictStatus.NOT_APPLICABLE, "disabled in oracle.gates"),
-        ("text_sha256", VerdictStatus.NOT_APPLICABLE, "disabled in oracle.gates"),
-        ("cached_tokens_zero", VerdictStatus.NOT_APPLICABLE, "disabled in oracle.gates"),
-        ("prefix_cache_hit_delta_zero", VerdictStatus.NOT_APPLICABLE, "disabled in oracle.gates"),
-        ("log_markers", VerdictStatus.NOT_APPLICABLE, "no log markers declared"),
-        (
-            "forbidden_log_patterns",
-            VerdictStatus.NOT_APPLICABLE,
-            "no forbidden log patterns declared",
-        ),
-        ("spec_decode", VerdictStatus.NOT_APPLICABLE, "no spec_decode gate declared"),
-        ("throughput", VerdictStatus.NOT_APPLICABLE, "no throughput gate declared"),
-        ("fresh_starts", VerdictStatus.NOT_APPLICABLE, "one fresh start declared"),
+    assert [v.status for v in verdicts] == [VerdictStatus.NOT_APPLICABLE] * 9
+    assert [(v.gate, v.summary) for v in verdicts] == [
+        *((gate, "disabled in oracle.gates") for gate in disabled),
+        ("log_markers", "no log markers declared"),
+        ("forbidden_log_patterns", "no forbidden log patterns declared"),
+        ("spec_decode", "no spec_decode gate declared"),
+        ("throughput", "no throughput gate declared"),
+        ("fresh_starts", "one fresh start declared"),
     ]
     assert all(v.passed for v in verdicts)
 

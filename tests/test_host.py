@@ -6,10 +6,11 @@ import json
 from pathlib import Path
 
 import pytest
+from hosts import h200_host
 from schemas import assert_valid
 
 from repro_serving.builder.cli import main
-from repro_serving.builder.documents.host import Accelerator, HostFacts, compare
+from repro_serving.builder.documents.host import Accelerator, compare
 from repro_serving.builder.documents.manifest import Host
 from repro_serving.builder.observe.host import accelerators, cpu_info, observe_host, os_release
 
@@ -76,16 +77,6 @@ def test_repro_host_json_carries_the_observed_facts(capsys: pytest.CaptureFixtur
     assert document["host"] == observe_host().locked().model_dump(mode="json")
 
 
-def h200_facts() -> HostFacts:
-    document = json.loads((EVIDENCE / "host.json").read_text())
-    accelerators = tuple(
-        Accelerator(**{k: v for k, v in a.items() if k != "vendor_device"})
-        for a in document.pop("accelerators")
-    )
-    document["cpu_flags"] = tuple(document["cpu_flags"])
-    return HostFacts(**document, accelerators=accelerators)
-
-
 def test_the_h200_host_meets_a_manifest_that_enforces_it() -> None:
     host = Host.model_validate(
         {
@@ -95,7 +86,7 @@ def test_the_h200_host_meets_a_manifest_that_enforces_it() -> None:
             "drivers": {"nvidia": "580.159.04"},
         }
     )
-    assert compare(host, h200_facts()) == []
+    assert compare(host, h200_host()) == []
 
 
 def test_each_enforced_host_fact_that_differs_is_one_drift_naming_both_sides() -> None:
@@ -110,7 +101,7 @@ def test_each_enforced_host_fact_that_differs_is_one_drift_naming_both_sides() -
             "drivers": {"xe": "1.2.3"},
         }
     )
-    drifts = [(d.subject, d.expected, d.observed) for d in compare(host, h200_facts())]
+    drifts = [(d.subject, d.expected, d.observed) for d in compare(host, h200_host())]
     assert drifts == [
         ("arch", "aarch64", "x86_64"),
         ("kernel", "7.0.0-28-generic", "6.18.44-fc-v657-gpu"),

@@ -13,6 +13,7 @@ from typing import Any
 
 import pytest
 from bundle_assets import resealed
+from hosts import h200_host
 from jsonschema import Draft202012Validator
 from schemas import assert_valid
 
@@ -21,7 +22,6 @@ from repro_serving.builder.build import build
 from repro_serving.builder.canonical import canonical_json
 from repro_serving.builder.cli import main
 from repro_serving.builder.documents.host import Accelerator
-from repro_serving.builder.documents.host import HostFacts as ObservedHost
 from repro_serving.builder.documents.lock import AcceleratorFacts, HostFacts, Lock
 from repro_serving.builder.documents.manifest import Manifest
 from repro_serving.builder.documents.observations import ObservationsDocument
@@ -36,7 +36,6 @@ from repro_serving.builder.verify import verify
 REPO = Path(__file__).resolve().parent.parent
 MANIFEST = REPO / "manifests" / "laguna-102tps.toml"
 IDENTITY = REPO / "records" / "laguna-102tps" / "manifests" / "runtime-lock.json"
-H200 = Path(__file__).parent / "evidence" / "h200" / "host.json"
 KEY = SigningKey.from_path(REPO / "keys" / "example.key")
 TRUSTED = TrustedKeys.from_key_file(REPO / "keys" / "example.pub")
 LOCKED = "lock = the sealed manifest, identity and record"
@@ -44,17 +43,6 @@ LOCKED = "lock = the sealed manifest, identity and record"
 
 def laguna_identity() -> Identity:
     return Identity.model_validate_json(IDENTITY.read_bytes())
-
-
-def h200_host() -> ObservedHost:
-    """The observer's facts of a real H200 host, as its evidence recorded them."""
-    document = json.loads(H200.read_text())
-    accelerators = tuple(
-        Accelerator(**{k: v for k, v in a.items() if k != "vendor_device"})
-        for a in document.pop("accelerators")
-    )
-    document["cpu_flags"] = tuple(document["cpu_flags"])
-    return ObservedHost(**document, accelerators=accelerators)
 
 
 def lock_validator() -> Draft202012Validator:

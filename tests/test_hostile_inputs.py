@@ -254,14 +254,19 @@ SEALED_DOCUMENTS = {
 }
 
 
+def verified_with(bundle: Path, name: str, data: bytes) -> tuple[int, str, str]:
+    """`repro verify --json` of `bundle` with `name` holding `data`, sealed again."""
+    (bundle / name).write_bytes(data)
+    reseal(bundle)
+    return run(verify_args(bundle, "--json"))
+
+
 @pytest.mark.parametrize("case", sorted(SEALED_DOCUMENTS))
 def test_a_sealed_document_nested_deep_long_or_type_confused_is_bad_input(
     bundle: Path, case: str
 ) -> None:
     name, data = SEALED_DOCUMENTS[case]
-    (bundle / name).write_bytes(data)
-    reseal(bundle)
-    code, out, err = run(verify_args(bundle, "--json"))
+    code, out, err = verified_with(bundle, name, data)
     assert code == 2, err
     assert name in error_document(out, 2)["error"]["where"]
 
@@ -279,10 +284,7 @@ def test_sealed_evidence_nested_deep_or_type_confused_never_shows_a_traceback(
     """Evidence `builder.verify` parses itself: a claim it cannot recompute fails (exit 1), a
     refusal is exit 2, what escapes reaches at worst the last guard (exit 4, one line); never a
     traceback, and always a document that says it failed."""
-    name, data = EVIDENCE_READ_BY_VERIFY[case]
-    (bundle / name).write_bytes(data)
-    reseal(bundle)
-    code, out, err = run(verify_args(bundle, "--json"))
+    code, out, err = verified_with(bundle, *EVIDENCE_READ_BY_VERIFY[case])
     assert code in (1, 2, 3, 4), err
     if code == 1:
         assert assert_valid("verify", out)["ok"] is False

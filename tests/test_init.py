@@ -176,6 +176,16 @@ def drafted(facts: ServerFacts, manifest_dir: str = "/work/manifests") -> Draft:
     return draft(facts, DraftOptions(manifest_dir=manifest_dir, suite_path="m.suite.json"))
 
 
+def drafted_target(
+    environ: Mapping[str, str] | None = None, mapped: Sequence[str] = ()
+) -> tuple[ServerFacts, Draft]:
+    """The facts of an API server of the target model on port 8001, its environment `environ`
+    and its mapped files `mapped`, and the draft made of them."""
+    argv = [*API_SERVER, "--model", TARGET_DIR, "--port", "8001"]
+    facts = server_facts(argv, environ, mapped=mapped)
+    return facts, drafted(facts)
+
+
 def values_of(facts: ServerFacts) -> dict[str, str]:
     values = venv_values(facts.venv) | {"port": str(facts.port)}
     return values | {f"model.{m.role}": m.directory for m in facts.models}
@@ -335,8 +345,7 @@ def test_secrets_never_reach_the_file_and_what_is_left_out_is_named_with_why() -
         "HOME": "/root",
         "SHELL": "/bin/bash",
     }
-    facts = server_facts([*API_SERVER, "--model", TARGET_DIR, "--port", "8001"], environ)
-    document = drafted(facts)
+    facts, document = drafted_target(environ)
     text = render(document, facts)
     for value in SECRETS.values():
         assert value not in text
@@ -364,8 +373,7 @@ def test_env_paths_in_the_venv_take_placeholders_and_braces_stay_literal() -> No
         "PYTHONPATH": "/home/me/vllm-tree",
         "VLLM_DATA": "/opt/serve/data/",
     }
-    facts = server_facts([*API_SERVER, "--model", TARGET_DIR, "--port", "8001"], environ)
-    document = drafted(facts)
+    facts, document = drafted_target(environ)
     env = document.manifest["launch"]["env"]
     assert env["VLLM_CACHE_ROOT"] == "{venv}/cache"
     assert env["VLLM_DATA"] == "/opt/serve/data/", "its placeholder form would drop the slash"
@@ -398,8 +406,7 @@ def test_modules_are_the_serving_packages_named_as_their_dispatch_names_them() -
         "/usr/lib/x86_64-linux-gnu/libc.so.6",
         "/usr/local/lib/libpython3.11.so.1.0",
     ]
-    facts = server_facts([*API_SERVER, "--model", TARGET_DIR, "--port", "8001"], mapped=mapped)
-    document = drafted(facts)
+    _, document = drafted_target(mapped=mapped)
     native = document.manifest["native"]
     cpu = next(s for s in shipped_kernel_sets() if s.name == "cpu")
     vllm_c = next(d for d in cpu.dispatch if d.name == "vllm._C")
@@ -417,8 +424,7 @@ def test_modules_are_the_serving_packages_named_as_their_dispatch_names_them() -
 
 def test_a_mapped_cuda_driver_selects_the_cuda_platform_set() -> None:
     mapped = ["/usr/lib/x86_64-linux-gnu/libcuda.so.570.124.06", f"{SITE}/vllm/_C.abi3.so"]
-    facts = server_facts([*API_SERVER, "--model", TARGET_DIR, "--port", "8001"], mapped=mapped)
-    native = drafted(facts).manifest["native"]
+    native = drafted_target(mapped=mapped)[1].manifest["native"]
     assert native["kernel_sets"] == ["cuda"]
     assert native["modules"] == ["vllm._C"]
 

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 from bundle_assets import BUNDLE_NAME, example_key, example_trust, seal_example
+from drifts import drift_of
 
 from repro_serving.builder.drift import Drift, DriftKind
 from repro_serving.builder.errors import BadInput
@@ -40,6 +41,20 @@ def bundle(template: Path, tmp_path: Path) -> Path:
     copy = tmp_path / "repro" / BUNDLE_NAME
     shutil.copytree(template, copy, symlinks=True)
     return copy
+
+
+_signature = drift_of(DriftKind.SIGNATURE, subject=ENVELOPE)
+
+
+def _changed(bundle: Path, name: str, sealed: str, why: str) -> Drift:
+    """The finding for `name`, sealed with digest `sealed`, now holding other bytes."""
+    return Drift(
+        kind=DriftKind.FILE_DIGEST,
+        subject=name,
+        expected=f"sha256 {sealed}",
+        observed=f"sha256 {sha256_file(bundle / name)}",
+        why=why,
+    )
 
 
 def _kinds(bundle: Path, trusted: TrustedKeys | None = None) -> list[tuple[str, str]]:
@@ -88,13 +103,7 @@ def test_a_byte_changed_in_a_sealed_file_is_refused_naming_both_digests(
     _flip(bundle / name, 10)
     report = verify_bundle(bundle, example_trust())
     assert report.findings == (
-        Drift(
-            kind=DriftKind.FILE_DIGEST,
-            subject=name,
-            expected=f"sha256 {sealed}",
-            observed=f"sha256 {sha256_file(bundle / name)}",
-            why="the file differs from the one that was sealed",
-        ),
+        _changed(bundle, name, sealed, "the file differs from the one that was sealed"),
     )
 
 
@@ -118,14 +127,9 @@ def test_a_byte_changed_in_sha256sums_is_refused_with_the_line_it_broke(bundle: 
 def test_a_byte_changed_in_the_statement_is_refused(bundle: Path) -> None:
     signed = sha256_file(bundle / STATEMENT)
     _flip(bundle / STATEMENT, 100)
+    why = "statement.json is not the statement signed in statement.dsse.json"
     assert verify_bundle(bundle, example_trust()).findings == (
-        Drift(
-            kind=DriftKind.FILE_DIGEST,
-            subject=STATEMENT,
-            expected=f"sha256 {signed}",
-            observed=f"sha256 {sha256_file(bundle / STATEMENT)}",
-            why="statement.json is not the statement signed in statement.dsse.json",
-        ),
+        _changed(bundle, STATEMENT, signed, why),
     )
 
 
@@ -189,15 +193,14 @@ def test_a_file_added_is_refused(bundle: Path) -> None:
 def test_a_file_removed_is_refused(bundle: Path) -> None:
     sealed = sha256_file(bundle / "evidence/server.log")
     (bundle / "evidence/server.log").unlink()
-    assert verify_bundle(bundle, example_trust()).findings == (
-        Drift(
-            kind=DriftKind.MISSING_FILE,
-            subject="evidence/server.log",
-            expected=f"sha256 {sealed}",
-            observed="no such file",
-            why="a sealed file is missing",
-        ),
+    missing = Drift(
+        kind=DriftKind.MISSING_FILE,
+        subject="evidence/server.log",
+        expected=f"sha256 {sealed}",
+        observed="no such file",
+        why="a sealed file is missing",
     )
+    assert verify_bundle(bundle, example_trust()).findings == (missing,)
 
 
 def test_a_file_renamed_is_refused_by_both_names(bundle: Path) -> None:
@@ -248,12 +251,10 @@ def test_a_signature_from_another_key_is_refused_naming_the_key(bundle: Path) ->
     other = SigningKey.generate()
     _resign(bundle, other)
     (finding,) = verify_bundle(bundle, example_trust()).findings
-    assert finding == Drift(
-        kind=DriftKind.SIGNATURE,
-        subject=ENVELOPE,
-        expected=f"a signature by a trusted key: {example_key().key_id}",
-        observed=f"signed by unknown key {other.key_id}",
-        why="the envelope is signed by no trusted key: none of the bundle's files can be trusted",
+    assert finding == _signature(
+        f"a signature by a trusted key: {example_key().key_id}",
+        f"signed by unknown key {other.key_id}",
+        "the envelope is signed by no trusted key: none of the bundle's files can be trusted",
     )
 
 
@@ -271,12 +272,10 @@ def test_another_key_verifies_once_it_is_trusted(bundle: Path, tmp_path: Path) -
 def test_an_unsigned_bundle_is_refused(bundle: Path) -> None:
     (bundle / ENVELOPE).unlink()
     assert verify_bundle(bundle, example_trust()).findings == (
-        Drift(
-            kind=DriftKind.SIGNATURE,
-            subject=ENVELOPE,
-            expected="a DSSE envelope signed by a trusted key",
-            observed="no such file",
-            why="the bundle is unsigned: none of its files can be trusted",
+        _signature(
+            "a DSSE envelope signed by a trusted key",
+            "no such file",
+            "the bundle is unsigned: none of its files can be trusted",
         ),
     )
 

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from diagnostics import refused
 
 from repro_serving.builder.errors import BadInput
 from repro_serving.builder.native.kernels import Category, KernelSet, classify
@@ -114,13 +115,12 @@ def test_a_kernel_set_with_an_unknown_key_is_refused(tmp_path: Path) -> None:
     (tmp_path / "odd.toml").write_text(
         'schema = "repro.kernels/v1"\nname = "odd"\ndescription = "x"\n[platform]\ndriver = []\n'
     )
-    with pytest.raises(BadInput) as caught:
-        KernelSet.load("odd", tmp_path)
-    assert caught.value.where == str(tmp_path / "odd.toml")
-    assert (caught.value.found or "").startswith(
+    error = refused(BadInput, KernelSet.load, "odd", tmp_path)
+    assert error.where == str(tmp_path / "odd.toml")
+    assert (error.found or "").startswith(
         "key platform.driver: unknown key (expected one of the keys driver_roots"
     )
-    assert "(did you mean driver_roots?)" in (caught.value.found or "")
+    assert "(did you mean driver_roots?)" in (error.found or "")
 
 
 # --- JIT directories: the mapping process's own ------------------------------------------------

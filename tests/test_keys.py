@@ -10,6 +10,7 @@ import pytest
 from bundle_assets import EXAMPLE_KEY, EXAMPLE_PUB, REPO_ROOT
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ed25519, rsa
+from diagnostics import diagnostic, refusal
 from schemas import assert_valid
 
 from repro_serving.builder.cli import main
@@ -152,13 +153,11 @@ def test_a_trusted_keys_directory_trusts_its_pub_files_only(tmp_path: Path) -> N
 
 
 def test_an_empty_trusted_keys_directory_is_refused(tmp_path: Path) -> None:
-    with pytest.raises(BadInput) as refused:
-        TrustedKeys.from_directory(tmp_path)
-    assert refused.value.diagnostics() == (
-        "error: the trusted-keys directory holds no public key\n"
-        f"  where:    {tmp_path}\n"
-        "  expected: one or more *.pub files\n"
-        "  hint:     copy the .pub file of each key you trust into it"
+    assert refusal(BadInput, TrustedKeys.from_directory, tmp_path) == diagnostic(
+        "the trusted-keys directory holds no public key",
+        tmp_path,
+        expected="one or more *.pub files",
+        hint="copy the .pub file of each key you trust into it",
     )
 
 

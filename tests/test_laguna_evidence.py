@@ -13,6 +13,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from diagnostics import diagnostic, refusal
+from laguna_record import CONVENTIONAL_MEDIAN, RANKS, RECORD, laguna_record, per_rank_marker
 
 from repro_serving.builder.documents.evidence import VerdictStatus
 from repro_serving.builder.documents.invalid import InvalidDocument
@@ -32,27 +34,13 @@ from repro_serving.launch.historical import (
     load_bench,
     load_cleanup_status,
     load_idle_snapshots,
-    load_record,
     load_teacher,
     read_log,
 )
 from repro_serving.launch.throughput import measure
 
-RECORD = Path(__file__).resolve().parents[1] / "records" / "laguna-102tps"
 HISTORICAL_MEDIAN = 102.97143559613157
-CONVENTIONAL_MEDIAN = 101.94172124017027
-RANKS = tuple(f"Worker_TP{i}_EP{i}" for i in range(4))
-RANK_PATTERN = r"^\((Worker_TP\d+_EP\d+) pid=\d+\)"
 GRAPHS = r"BreakableCUDAGraphCapture\(graphs=146, eager_breaks=145\)$"
-
-
-def per_rank_marker(name: str, pattern: str) -> LogMarker:
-    return LogMarker(
-        name=name,
-        pattern=pattern,
-        rank_pattern=RANK_PATTERN,
-        per_rank=dict.fromkeys(RANKS, 1),
-    )
 
 
 MARKERS = (
@@ -76,9 +64,7 @@ RECORD_GATES = Gates(
 
 @pytest.fixture(scope="module")
 def record() -> Record:
-    if not RECORD.is_dir():
-        pytest.fail(f"the Laguna record is not at {RECORD}: the tests need records/laguna-102tps")
-    return load_record(RECORD)
+    return laguna_record()
 
 
 def stored_conventional_median() -> float:
@@ -350,13 +336,11 @@ def test_teacher_files_of_different_prompts_are_refused(tmp_path: Path) -> None:
 def test_a_cleanup_status_line_that_is_not_key_equals_integer_is_refused(tmp_path: Path) -> None:
     path = tmp_path / "cleanup-status.txt"
     path.write_text("original_status=0\nstop_status=ok\n", "utf-8")
-    with pytest.raises(BadInput) as caught:
-        load_cleanup_status(path)
-    assert caught.value.diagnostics() == (
-        "error: malformed record file: not a key=integer line\n"
-        f"  where:    {path}, line 2\n"
-        "  expected: key=integer\n"
-        "  found:    'stop_status=ok'"
+    assert refusal(BadInput, load_cleanup_status, path) == diagnostic(
+        "malformed record file: not a key=integer line",
+        f"{path}, line 2",
+        expected="key=integer",
+        found="'stop_status=ok'",
     )
 
 

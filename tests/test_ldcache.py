@@ -8,6 +8,7 @@ from dataclasses import replace
 from pathlib import Path
 
 import pytest
+from diagnostics import diagnostic, refusal
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -114,26 +115,22 @@ def test_new_format_after_the_old_table_is_read_as_glibc_does(platform) -> None:
 
 def test_old_format_alone_is_refused_with_what_was_found() -> None:
     data = OLD_MAGIC + b"\0" + (2).to_bytes(4, "little") + bytes(24) + b"libx.so\0"
-    with pytest.raises(BadInput) as raised:
-        LdCache.from_bytes(data, "/tmp/old.cache")
-    assert raised.value.diagnostics() == (
-        "error: ld.so cache in the old format only\n"
-        "  where:    /tmp/old.cache\n"
-        "  expected: glibc-ld.so.cache1.1 (alone or after the old table)\n"
-        "  found:    ld.so-1.7.0 with 2 entries and no new table after them\n"
-        "  hint:     regenerate it with this host's ldconfig"
+    assert refusal(BadInput, LdCache.from_bytes, data, "/tmp/old.cache") == diagnostic(
+        "ld.so cache in the old format only",
+        "/tmp/old.cache",
+        expected="glibc-ld.so.cache1.1 (alone or after the old table)",
+        found="ld.so-1.7.0 with 2 entries and no new table after them",
+        hint="regenerate it with this host's ldconfig",
     )
 
 
 def test_truncated_cache_is_refused_with_sizes() -> None:
     data = NEW_MAGIC + (1000).to_bytes(4, "little") + bytes(24)
-    with pytest.raises(BadInput) as raised:
-        LdCache.from_bytes(data, "/tmp/short.cache")
-    assert raised.value.diagnostics() == (
-        "error: truncated ld.so cache\n"
-        "  where:    /tmp/short.cache\n"
-        "  expected: at least 24048 bytes to hold 1000 entries\n"
-        "  found:    48 bytes"
+    assert refusal(BadInput, LdCache.from_bytes, data, "/tmp/short.cache") == diagnostic(
+        "truncated ld.so cache",
+        "/tmp/short.cache",
+        expected="at least 24048 bytes to hold 1000 entries",
+        found="48 bytes",
     )
 
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Iterator
-from typing import ClassVar
+from typing import ClassVar, NamedTuple
 
 import pytest
 from conftest import REPO_ROOT
@@ -61,17 +61,24 @@ class Counting(Replay):
                 cls.held -= 1
 
 
+class CountingServer(NamedTuple):
+    """A server that counts what it is sent; its handler class holds the counts."""
+
+    base_url: str
+    handler: type[Counting]
+
+    def ask(self, load: Load) -> list[OracleRow]:
+        """The suite's rows, asked of this server under `load`."""
+        request = oracle.OracleRequest(SUITE, "tiny")
+        with oracle.client_for(self.base_url) as client:
+            return oracle.answer_load(client, request, load)
+
+
 @pytest.fixture
-def counting() -> Iterator[tuple[str, type[Counting]]]:
+def counting() -> Iterator[CountingServer]:
     handler = type("CountingOnce", (Counting,), {"bodies": [], "lock": threading.Lock()})
     with serving(handler) as port:
-        yield f"http://127.0.0.1:{port}", handler
-
-
-def ask(base_url: str, load: Load) -> list[OracleRow]:
-    request = oracle.OracleRequest(SUITE, "tiny")
-    with oracle.client_for(base_url) as client:
-        return oracle.answer_load(client, request, load)
+        yield CountingServer(f"http://127.0.0.1:{port}", handler)
 
 
 def test_a_load_shape_is_one_of_concurrency_or_rate() -> None:
@@ -84,13 +91,12 @@ def test_a_load_shape_is_one_of_concurrency_or_rate() -> None:
 
 
 def test_concurrency_n_holds_n_requests_at_once_and_rows_keep_suite_order(
-    counting: tuple[str, type[Counting]],
+    counting: CountingServer,
 ) -> None:
-    base_url, handler = counting
     load = Load(name="c2", concurrency=2)
-    rows = ask(base_url, load)
+    rows = counting.ask(load)
     assert [row.prompt_id for row in rows] == [prompt.id for prompt in SUITE.prompts]
-    assert handler.most == 2
+    assert counting.handler.most == 2
     sent = [row.sent_at_s for row in rows]
     assert all(s is not None and s >= 0 for s in sent)
     assert max(s for s in sent if s is not None) >= 2 * PAUSE_S  # the fifth waited for two ends
@@ -98,16 +104,13 @@ def test_concurrency_n_holds_n_requests_at_once_and_rows_keep_suite_order(
     assert "in flight" in load_problems(Load(name="c1", concurrency=1), rows, where="rows.json")[0]
 
 
-def test_a_request_rate_sends_each_prompt_at_its_time(
-    counting: tuple[str, type[Counting]],
-) -> None:
-    base_url, handler = counting
+def test_a_request_rate_sends_each_prompt_at_its_time(counting: CountingServer) -> None:
     load = Load(name="r20", request_rate=20.0)
-    rows = ask(base_url, load)
+    rows = counting.ask(load)
     for place, row in enumerate(rows):
         assert row.sent_at_s is not None
         assert row.sent_at_s >= place / 20.0
-    assert handler.most >= 2  # each answer takes longer than the spacing
+    assert counting.handler.most >= 2  # each answer takes longer than the spacing
     assert load_problems(load, rows, where="rows.json") == []
     faster = Load(name="r5", request_rate=5.0)
     problems = load_problems(faster, rows, where="rows.json")
@@ -115,14 +118,13 @@ def test_a_request_rate_sends_each_prompt_at_its_time(
 
 
 def test_a_failed_request_under_load_names_the_load_and_stops_further_sends(
-    counting: tuple[str, type[Counting]],
+    counting: CountingServer,
 ) -> None:
-    base_url, handler = counting
-    handler.refuse = 0
+    counting.handler.refuse = 0
     with pytest.raises(oracle.OracleFailed, match=r"load 'c1' \(concurrency 1\)") as raised:
-        ask(base_url, Load(name="c1", concurrency=1))
+        counting.ask(Load(name="c1", concurrency=1))
     assert "HTTP 500" in raised.value.found
-    assert handler.seen == 1
+    assert counting.handler.seen == 1
 
 
 def row(

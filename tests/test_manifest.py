@@ -6,6 +6,7 @@ import json
 from pathlib import Path
 
 import pytest
+from diagnostics import diagnostic
 from pydantic import ValidationError
 
 from repro_serving.builder import tinymodel
@@ -23,7 +24,8 @@ ASSETS = Path(__file__).parent / "manifests"
 INVALID = ASSETS / "invalid"
 REPO = Path(__file__).parent.parent
 TINY_CPU = REPO / "manifests" / "tiny-cpu.toml"
-HINT = "  hint:     fix the manifest; `repro schema` prints every key a manifest accepts"
+FIX = "fix the manifest; `repro schema` prints every key a manifest accepts"
+HINT = f"  hint:     {FIX}"
 
 
 @pytest.mark.parametrize("path", [ASSETS / "minimal.toml", ASSETS / "full.toml", TINY_CPU])
@@ -216,14 +218,12 @@ ONE_PROBLEM = {
 @pytest.mark.parametrize("name", sorted(ONE_PROBLEM))
 def test_each_class_of_bad_manifest_is_one_exact_message(name: str) -> None:
     what, where, expected, found = ONE_PROBLEM[name]
-    assert _diagnostics(INVALID / name) == "\n".join(
-        [
-            f"error: invalid manifest: {what}",
-            f"  where:    {INVALID / name}, {where}",
-            f"  expected: {expected}",
-            f"  found:    {found}",
-            HINT,
-        ]
+    assert _diagnostics(INVALID / name) == diagnostic(
+        f"invalid manifest: {what}",
+        f"{INVALID / name}, {where}",
+        expected=expected,
+        found=found,
+        hint=FIX,
     )
 
 
@@ -249,14 +249,12 @@ def test_every_problem_of_a_manifest_is_listed_at_once() -> None:
 
 def test_a_missing_manifest_file_is_bad_input() -> None:
     path = INVALID / "absent.toml"
-    assert _diagnostics(path) == "\n".join(
-        [
-            "error: invalid manifest: cannot read the manifest file",
-            f"  where:    {path}",
-            "  expected: a readable file",
-            "  found:    No such file or directory",
-            HINT,
-        ]
+    assert _diagnostics(path) == diagnostic(
+        "invalid manifest: cannot read the manifest file",
+        path,
+        expected="a readable file",
+        found="No such file or directory",
+        hint=FIX,
     )
 
 

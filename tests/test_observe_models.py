@@ -10,6 +10,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
+from drifts import drift_of
 
 from repro_serving.builder.documents.manifest import Model
 from repro_serving.builder.documents.models import ModelFacts, compare
@@ -111,14 +112,23 @@ def _swap(path: Path, data: bytes) -> None:
     Path(os.path.realpath(path)).write_bytes(data)
 
 
+_file = drift_of(DriftKind.MODEL_FILE, why="a release file of the model is not the pinned one")
+_blob_drift = drift_of(
+    DriftKind.MODEL_BLOB, why="the hub cache's blob does not hold what its name says"
+)
+_extra_file = drift_of(
+    DriftKind.MODEL_EXTRA_FILE,
+    expected="only the release files the manifest lists",
+    observed="a file outside the release set",
+    why="a loader may read any file of the model directory",
+)
+_revision = drift_of(
+    DriftKind.MODEL_REVISION, subject="model target acme/tiny", expected=f"snapshot {REVISION}"
+)
+
+
 def _changed_file(name: str, pinned: bytes, found: str) -> Drift:
-    return Drift(
-        kind=DriftKind.MODEL_FILE,
-        subject=f"{{model.target}}/{name}",
-        expected=f"sha256 {sha256(pinned)}",
-        observed=found,
-        why="a release file of the model is not the pinned one",
-    )
+    return _file(f"{{model.target}}/{name}", f"sha256 {sha256(pinned)}", found)
 
 
 # --- a hub cache ----------------------------------------------------------------------------------
@@ -146,41 +156,38 @@ def test_a_hub_snapshot_of_the_pinned_files_gives_no_drift(hub: Path) -> None:
     assert config.blob == config.blob_id
 
 
-def test_a_same_size_swap_of_the_weights_is_caught_by_hash_and_by_blob_name(hub: Path) -> None:
-    swapped = bytes(reversed(WEIGHTS))
-    assert len(swapped) == len(WEIGHTS)
-    _swap(_snapshot(hub) / "model.safetensors", swapped)
+@pytest.mark.parametrize(
+    ("name", "pinned", "changed", "identity"),
+    [
+        # an LFS blob, named by its sha256
+        ("model.safetensors", WEIGHTS, bytes(reversed(WEIGHTS)), "sha256"),
+        # a small blob, named by its git blob id
+        ("config.json", CONFIG, CONFIG.replace(b"Llama", b"Mixtr"), "git blob id"),
+    ],
+    ids=["weights", "small-blob"],
+)
+def test_a_same_size_swap_is_caught_by_hash_and_by_blob_name(
+    hub: Path, tmp_path: Path, name: str, pinned: bytes, changed: bytes, identity: str
+) -> None:
+    assert len(changed) == len(pinned)
+    _swap(_snapshot(hub) / name, changed)
+
+    def named(data: bytes) -> str:
+        """`data`'s name by the identity the hub names its blob with, computed here."""
+        if identity == "sha256":
+            return sha256(data)
+        (tmp_path / "data").write_bytes(data)
+        return git_blob_id(tmp_path / "data")
 
     _, drifts = _observe(_hub_model(hub))
 
+    blob = named(pinned)
     assert drifts == [
-        _changed_file("model.safetensors", WEIGHTS, f"sha256 {sha256(swapped)}"),
-        Drift(
-            kind=DriftKind.MODEL_BLOB,
-            subject="{model.target}/model.safetensors",
-            expected=f"blob {sha256(WEIGHTS)} holding content whose sha256 is {sha256(WEIGHTS)}",
-            observed=f"content whose sha256 is {sha256(swapped)}",
-            why="the hub cache's blob does not hold what its name says",
-        ),
-    ]
-
-
-def test_a_small_blob_is_checked_against_its_git_blob_id(hub: Path, tmp_path: Path) -> None:
-    changed = CONFIG.replace(b"Llama", b"Mixtr")
-    _swap(_snapshot(hub) / "config.json", changed)
-    (tmp_path / "changed").write_bytes(changed)
-    blob = Path(os.path.realpath(_snapshot(hub) / "config.json")).name
-
-    _, drifts = _observe(_hub_model(hub))
-
-    assert drifts == [
-        _changed_file("config.json", CONFIG, f"sha256 {sha256(changed)}"),
-        Drift(
-            kind=DriftKind.MODEL_BLOB,
-            subject="{model.target}/config.json",
-            expected=f"blob {blob} holding content whose git blob id is {blob}",
-            observed=f"content whose git blob id is {git_blob_id(tmp_path / 'changed')}",
-            why="the hub cache's blob does not hold what its name says",
+        _changed_file(name, pinned, f"sha256 {sha256(changed)}"),
+        _blob_drift(
+            f"{{model.target}}/{name}",
+            f"blob {blob} holding content whose {identity} is {blob}",
+            f"content whose {identity} is {named(changed)}",
         ),
     ]
 
@@ -195,15 +202,9 @@ def test_a_link_to_a_misnamed_blob_is_drift_even_with_the_pinned_bytes(hub: Path
 
     _, drifts = _observe(_hub_model(hub))
 
-    assert drifts == [
-        Drift(
-            kind=DriftKind.MODEL_BLOB,
-            subject="{model.target}/model.safetensors",
-            expected=f"blob {misnamed} holding content whose sha256 is {misnamed}",
-            observed=f"content whose sha256 is {sha256(WEIGHTS)}",
-            why="the hub cache's blob does not hold what its name says",
-        )
-    ]
+    expected = f"blob {misnamed} holding content whose sha256 is {misnamed}"
+    observed = f"content whose sha256 is {sha256(WEIGHTS)}"
+    assert drifts == [_blob_drift("{model.target}/model.safetensors", expected, observed)]
 
 
 def test_a_link_out_of_the_blobs_is_drift(hub: Path, tmp_path: Path) -> None:
@@ -216,12 +217,10 @@ def test_a_link_out_of_the_blobs_is_drift(hub: Path, tmp_path: Path) -> None:
     _, drifts = _observe(_hub_model(hub))
 
     assert drifts == [
-        Drift(
-            kind=DriftKind.MODEL_BLOB,
-            subject="{model.target}/model.safetensors",
-            expected="a link into the cache's blobs",
-            observed=f"a link to {elsewhere}",
-            why="the hub cache's blob does not hold what its name says",
+        _blob_drift(
+            "{model.target}/model.safetensors",
+            "a link into the cache's blobs",
+            f"a link to {elsewhere}",
         )
     ]
 
@@ -235,12 +234,9 @@ def test_a_cache_without_the_pinned_revision_is_drift_naming_what_it_holds(hub: 
 
     assert facts.present is False
     assert drifts == [
-        Drift(
-            kind=DriftKind.MODEL_REVISION,
-            subject="model target acme/tiny",
-            expected=f"snapshot {REVISION}",
-            observed=f"snapshots: {OTHER_REVISION}; refs/main = {OTHER_REVISION}",
-            why="the hub cache holds no snapshot of the pinned revision",
+        _revision(
+            f"snapshots: {OTHER_REVISION}; refs/main = {OTHER_REVISION}",
+            "the hub cache holds no snapshot of the pinned revision",
         )
     ]
 
@@ -253,12 +249,9 @@ def test_a_snapshot_name_leading_to_another_revision_is_drift(hub: Path) -> None
     _, drifts = _observe(_hub_model(hub))
 
     assert drifts == [
-        Drift(
-            kind=DriftKind.MODEL_REVISION,
-            subject="model target acme/tiny",
-            expected=f"snapshot {REVISION}",
-            observed=f"snapshot {OTHER_REVISION}",
-            why="the snapshot directory of the pinned revision leads to another revision",
+        _revision(
+            f"snapshot {OTHER_REVISION}",
+            "the snapshot directory of the pinned revision leads to another revision",
         )
     ]
 
@@ -269,15 +262,7 @@ def test_an_extra_file_in_a_snapshot_is_drift(hub: Path) -> None:
 
     _, drifts = _observe(_hub_model(hub))
 
-    assert drifts == [
-        Drift(
-            kind=DriftKind.MODEL_EXTRA_FILE,
-            subject="{model.target}/pytorch_model.bin",
-            expected="only the release files the manifest lists",
-            observed="a file outside the release set",
-            why="a loader may read any file of the model directory",
-        )
-    ]
+    assert drifts == [_extra_file("{model.target}/pytorch_model.bin")]
 
 
 # --- a local directory ----------------------------------------------------------------------------
@@ -327,9 +312,9 @@ def test_an_extra_file_is_drift_but_fetch_tool_bookkeeping_is_not(local: Path) -
 
     _, drifts = _observe(_model(path=str(local)))
 
-    assert [(d.kind, d.subject) for d in drifts] == [
-        (DriftKind.MODEL_EXTRA_FILE, "{model.target}/generation_config.json"),
-        (DriftKind.MODEL_EXTRA_FILE, "{model.target}/tokenizer/merges.txt"),
+    assert drifts == [
+        _extra_file("{model.target}/generation_config.json"),
+        _extra_file("{model.target}/tokenizer/merges.txt"),
     ]
 
 

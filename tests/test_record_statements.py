@@ -16,6 +16,7 @@ from typing import Any
 
 import pytest
 from bundle_assets import as_its_sealer
+from prometheus import a_month_earlier, revalued
 
 from repro_serving.builder import imported
 from repro_serving.builder.build import BuildRefused, build, seal_record
@@ -233,16 +234,6 @@ def _both_reads(change: Callable[[str], str]) -> Edit:
     return edit
 
 
-def _a_month_earlier(text: str) -> str:
-    """The process start and every counter's creation 30 days earlier."""
-    return re.sub(
-        r"^((?:vllm:\S+|http_\S+)_created(?:\{[^}]*\})?|process_start_time_seconds) (\S+)$",
-        lambda m: f"{m[1]} {float(m[2]) - 30 * 86400!r}",
-        text,
-        flags=re.MULTILINE,
-    )
-
-
 def _a_day_earlier(document: dict[str, Any]) -> None:
     for row in document["rows"]:
         for key in ("request_started_epoch_s", "request_ended_epoch_s", "first_text_epoch_s"):
@@ -251,8 +242,8 @@ def _a_day_earlier(document: dict[str, Any]) -> None:
 
 def _timed_within_10_ms(text: str) -> str:
     highr = "http_request_duration_highr_seconds"
-    text = re.sub(rf'^({highr}_bucket\{{le="[^"]+"\}}) \S+$', r"\1 13.0", text, flags=re.MULTILINE)
-    return re.sub(rf"^({highr}_sum) \S+$", r"\1 0.1", text, flags=re.MULTILINE)
+    text = revalued(text, rf'{highr}_bucket\{{le="[^"]+"\}}', lambda _: 13.0)
+    return revalued(text, rf"{highr}_sum", lambda _: 0.1)
 
 
 CHAT_SIZES = (
@@ -272,342 +263,260 @@ def _dated_days_earlier(text: str) -> str:
     return re.sub(dated, r"\g<1>07-21 ", text, flags=re.M)
 
 
+def _caught_by(claims: set[str], forgeries: dict[str, Edit]) -> dict[str, tuple[Edit, set[str]]]:
+    """Each forgery with the claims that must refuse it."""
+    return {name: (edit, claims) for name, edit in forgeries.items()}
+
+
+# The forgeries, by the claims that must refuse them.
+_LOG_FORGERIES: dict[str, Edit] = {
+    "the server's log dated five days before the run": _run("server.log", _dated_days_earlier),
+    "a crash while serving": _line(
+        "server.log",
+        r"^(.*Prepared Laguna DFlash.*)$",
+        r"\1\nTraceback (most recent call last):",
+    ),
+    "a worker dying while serving": _line(
+        "server.log",
+        r"^(.*Prepared Laguna DFlash.*)$",
+        r"\1\n(EngineCore pid=162906) ERROR 07-26 17:48:00 [multiproc_executor.py:250] Worker "
+        r"proc VllmWorker-2 died unexpectedly, shutting down executor.",
+    ),
+    "a fourteenth request answered while serving": _line(
+        "server.log",
+        r"^(.*127\.0\.0\.1:49022 - \"POST /v1/chat/completions HTTP/1\.1\" 200 OK)$",
+        r"\1\n\1",
+    ),
+    "a suite request answered 500 while serving": _line(
+        "server.log",
+        r"^(.*127\.0\.0\.1:49022 - \"POST /v1/chat/completions HTTP/1\.1\" )200 OK$",
+        r"\g<1>500 Internal Server Error",
+    ),
+    "a log naming another vLLM than the one it ran": _line(
+        "server.log",
+        r"^(.*Resolved architecture: LagunaForCausalLM)$",
+        r"\1\n(APIServer pid=162700) INFO 07-26 17:45:22 [api_server.py:1] vLLM API server "
+        r"version 0.11.0",
+    ),
+    "a log saying the stack served four sequences at once": _run(
+        "server.log", lambda t: t.replace("'max_num_seqs': 1,", "'max_num_seqs': 4,", 1)
+    ),
+    "logged arguments that do not parse": _run(
+        "server.log",
+        lambda t: t.replace("'dtype': 'bfloat16',", "'dtype': 'bfloat16', 'x': <object>,", 1),
+    ),
+    "an engine of two tensor parallel ranks": _run(
+        "server.log", lambda t: t.replace("tensor_parallel_size=4", "tensor_parallel_size=2", 1)
+    ),
+    "a target of another max model len": _run(
+        "server.log",
+        lambda t: t.replace("Using max model len 8192", "Using max model len 4096", 1),
+    ),
+    "vLLM's output handler failing while serving": _line(
+        "server.log",
+        r"^(.*Prepared Laguna DFlash.*)$",
+        r"\1\n(APIServer pid=162700) ERROR 07-26 17:48:00 [async_llm.py:700] AsyncLLM "
+        r"output_handler failed.",
+    ),
+}
+
+_FILES_FORGERIES: dict[str, Edit] = {
+    "status.txt says the run failed": _run("status.txt", lambda _: "status=FAIL\n"),
+    "a file of the run directory that nothing judges": _extra_file,
+}
+
+_IDLE_FORGERIES: dict[str, Edit] = {
+    "a failure after the idle check": _json("failure-post-idle.json", _set("status", "failed")),
+    "the idle check before the start taken after the suite": _json(
+        "pre-idle.json", _set("observed_utc", "2026-07-26T22:00:00+00:00")
+    ),
+    "the idle summary counting snapshots that are not there": _line(
+        "idle-interval/summary.txt",
+        r"^prestart (.*) snapshots=13$",
+        r"prestart \1 snapshots=14",
+    ),
+    "a card held by another process before the start": _json("pre-idle.json", _observed_process),
+    "an idle check whose raw capture is of other bytes": _json(
+        "post-idle.json", lambda d: d["raw_capture"].__setitem__("stdout_bytes", 1)
+    ),
+    "an idle row whose process name is not marked as a basename": _json(
+        "idle-interval/prestart-11.json",
+        lambda d: d["idle"]["sanitized_payload"]["device_util_by_proc_list"][3].pop(
+            "process_name_mode"
+        ),
+    ),
+}
+
+_IDENTITY_FORGERIES: dict[str, Edit] = {
+    "identity.txt naming another vLLM commit": _line(
+        "identity.txt", r"^vllm_commit=.*$", "vllm_commit=" + "0" * 40
+    ),
+    "identity.txt naming another teacher": _line(
+        "identity.txt", r"^teacher_sha256=.*$", "teacher_sha256=" + "1" * 64
+    ),
+    "identity.txt drafting 12 tokens": _line(
+        "identity.txt", r"^num_speculative_tokens=11$", "num_speculative_tokens=12"
+    ),
+    "identity.txt with another interpreter binary": _line(
+        "identity.txt", r"^202c17d1671602a4", "302c17d1671602a4"
+    ),
+    "identity.txt with a key given twice": _line(
+        "identity.txt", r"^retries=0$", "retries=0\nretries=3"
+    ),
+    "a verified idle interval that is no number": _line(
+        "identity.txt",
+        r"^verified_idle_interval_seconds=60$",
+        "verified_idle_interval_seconds=60s",
+    ),
+}
+
+_EXACTNESS_FORGERIES: dict[str, Edit] = {
+    "exactness-vs-q1.json counting a row it does not have": _json(
+        "exactness-vs-q1.json",
+        _first_row(_set("completion_tokens", 511)),
+    ),
+    "exactness-vs-q1.json from another run": _json(
+        "exactness-vs-q1.json",
+        lambda d: d["candidates"][0].__setitem__("candidate", "/elsewhere/bench.json"),  # type: ignore[index]
+    ),
+    "exactness-vs-q1.json saying the run was not exact": _json(
+        "exactness-vs-q1.json", _set("all_exact", False)
+    ),
+    "the run compared with itself": _json(
+        "exactness-vs-q1.json",
+        lambda d: d.__setitem__("teacher", d["candidates"][0]["candidate"]),  # type: ignore[index]
+    ),
+}
+
+_ENVIRONMENT_FORGERIES: dict[str, Edit] = {
+    "a preload from /tmp in the service environment": _line(
+        "service-environment.txt", r"^LD_PRELOAD=$", "LD_PRELOAD=/tmp/evil.so"
+    ),
+    "LD_LIBRARY_PATH led through /tmp": _line(
+        "service-environment.txt", r"^LD_LIBRARY_PATH=", "LD_LIBRARY_PATH=/tmp/lib:"
+    ),
+    "a serving variable [launch.env] does not state": _line(
+        "service-environment.txt", r"^LANG=", "VLLM_ATTENTION_BACKEND=TORCH_SDPA\nLANG="
+    ),
+    "a [launch.env] value other than the record's": _line(
+        "service-environment.txt", r"^OMP_NUM_THREADS=1$", "OMP_NUM_THREADS=8"
+    ),
+}
+
+_FREEZE_FORGERIES: dict[str, Edit] = {
+    "another torch in the freeze": _manifests(
+        "pip-freeze-observed.txt", lambda t: t.replace("torch==2.12.0+xpu", "torch==2.12.0+cpu")
+    ),
+    "one distribution frozen twice": _manifests(
+        "pip-freeze-observed.txt", lambda t: t + "torch==2.13.0\n"
+    ),
+    "the runtime lock naming another source commit": _manifests(
+        "runtime-lock.json",
+        lambda t: t.replace("906190641d708b8028018c5dde653e265c835348", "0" * 40, 1),
+    ),
+    "a runtime lock of another interpreter than its venv's files": _manifests(
+        "runtime-lock.json", lambda t: t.replace('"python": "3.12.13"', '"python": "3.11.9"', 1)
+    ),
+}
+
+_ROWS_FORGERIES: dict[str, Edit] = {
+    "position 0 accepting more than there were drafts": _counter(POSITION_0, lambda v: v + 2000),
+    "more tokens accepted than were generated": _counter(
+        "vllm:spec_decode_num_accepted_tokens_total" + LABELS, lambda v: v + 7000
+    ),
+    "no draft, yet tokens accepted": _counter(
+        "vllm:spec_decode_num_drafts_total" + LABELS, lambda v: v - 1609
+    ),
+    "a row's completion_tokens not its token ids": _json("bench.json", _tokens_without_ids),
+    "a row dropped": _json("bench.json", _drop_last_bench_row),
+    "every request's first token in the 1 ms bucket": _run(
+        "metrics-after-suite.prom",
+        lambda t: revalued(t, r"vllm:time_to_first_token_seconds_bucket\{[^}]*\}", lambda _: 13.0),
+    ),
+    "a decode time the inter-token latencies do not sum to": _counter(
+        "vllm:request_decode_time_seconds_sum" + LABELS, lambda v: v + 1.0
+    ),
+    "failed requests counted that the access log does not hold": _run(
+        "metrics-after-suite.prom",
+        lambda t: t.replace(
+            'http_requests_total{handler="/v1/chat/completions",method="POST",status="2xx"} 13.0',
+            'http_requests_total{handler="/v1/chat/completions",method="POST",status="2xx"} '
+            "13.0\n"
+            'http_requests_total{handler="/v1/completions",method="POST",status="5xx"} 3.0',
+        ),
+    ),
+    "the bench's median doubled": _json(
+        "bench.json",
+        lambda d: d["summary"]["tok_s_1_100_after_ttft"].__setitem__("median", 205.9),
+    ),  # type: ignore[index]
+    "the bench's own final gate failed": _json(
+        "bench.json", lambda d: d["realistic_final_gate"].__setitem__("passed", False)
+    ),  # type: ignore[index]
+    "a row's prompt another than the suite's": _json(
+        "bench.json", _first_bench_row(lambda row: row.__setitem__("prompt_sha256", "0" * 64))
+    ),
+    "a POST to a route the suite never posts to": _line(
+        "server.log",
+        LAST_POST,
+        r'\1\n(APIServer pid=162700) INFO:     127.0.0.1:39515 - "POST /v1/load_lora_adapter '
+        r'HTTP/1.1" 200 OK',
+    ),
+    "an access log without the reads of /metrics": _run(
+        "server.log",
+        lambda t: "".join(x for x in t.splitlines(keepends=True) if "GET /metrics" not in x),
+    ),
+    "prefix caching on in the read before the suite": _run(
+        "metrics-before-suite.prom",
+        lambda t: t.replace('enable_prefix_caching="False"', 'enable_prefix_caching="True"'),
+    ),
+    "requests running before the suite": _run(
+        "metrics-before-suite.prom",
+        lambda t: t.replace(
+            'vllm:num_requests_running{engine="0",model_name="laguna-s-2.1-int4"} 0.0',
+            'vllm:num_requests_running{engine="0",model_name="laguna-s-2.1-int4"} 2.0',
+        ),
+    ),
+    "sizes of requests never counted": _run(
+        "metrics-after-suite.prom",
+        lambda t: t.replace(CHAT_SIZES[0], CHAT_SIZES[0][:-4] + "20.0").replace(
+            CHAT_SIZES[1], CHAT_SIZES[1][:-4] + "20.0"
+        ),
+    ),
+    "requests timed within 10 ms while they streamed for seconds": _run(
+        "metrics-after-suite.prom", _timed_within_10_ms
+    ),
+    "python_info of another interpreter than the runtime lock's": _both_reads(
+        lambda t: t.replace(*OTHER_PYTHON)
+    ),
+    "every counter created a month before the run": _both_reads(a_month_earlier),
+    "requests that ended after the bench was created": _json(
+        "bench.json",
+        lambda d: d["run_identity"].__setitem__(  # type: ignore[index]
+            "created_at_utc", "2026-07-26T21:49:00+00:00"
+        ),
+    ),
+}
+
+_TEACHER_FORGERIES: dict[str, Edit] = {
+    "a teacher bench of another run": _teacher_bench(_other_teacher_token),
+    "a teacher bench stating twice its median": _teacher_bench(_faster_teacher),
+}
+
+_ROWS_IDLE_FORGERIES: dict[str, Edit] = {
+    "the bench's requests a day before the run": _json("bench.json", _a_day_earlier),
+}
+
 FORGERIES: dict[str, tuple[Edit, set[str]]] = {
-    "the server's log dated five days before the run": (
-        _run("server.log", _dated_days_earlier),
-        {LOG},
-    ),
-    "status.txt says the run failed": (_run("status.txt", lambda _: "status=FAIL\n"), {FILES}),
-    "a failure after the idle check": (
-        _json("failure-post-idle.json", _set("status", "failed")),
-        {IDLE},
-    ),
-    "the idle check before the start taken after the suite": (
-        _json("pre-idle.json", _set("observed_utc", "2026-07-26T22:00:00+00:00")),
-        {IDLE},
-    ),
-    "the idle summary counting snapshots that are not there": (
-        _line(
-            "idle-interval/summary.txt",
-            r"^prestart (.*) snapshots=13$",
-            r"prestart \1 snapshots=14",
-        ),
-        {IDLE},
-    ),
-    "identity.txt naming another vLLM commit": (
-        _line("identity.txt", r"^vllm_commit=.*$", "vllm_commit=" + "0" * 40),
-        {IDENTITY},
-    ),
-    "identity.txt naming another teacher": (
-        _line("identity.txt", r"^teacher_sha256=.*$", "teacher_sha256=" + "1" * 64),
-        {IDENTITY},
-    ),
-    "identity.txt drafting 12 tokens": (
-        _line("identity.txt", r"^num_speculative_tokens=11$", "num_speculative_tokens=12"),
-        {IDENTITY},
-    ),
-    "identity.txt with another interpreter binary": (
-        _line("identity.txt", r"^202c17d1671602a4", "302c17d1671602a4"),
-        {IDENTITY},
-    ),
-    "identity.txt with a key given twice": (
-        _line("identity.txt", r"^retries=0$", "retries=0\nretries=3"),
-        {IDENTITY},
-    ),
-    "exactness-vs-q1.json counting a row it does not have": (
-        _json(
-            "exactness-vs-q1.json",
-            _first_row(_set("completion_tokens", 511)),
-        ),
-        {EXACTNESS},
-    ),
-    "exactness-vs-q1.json from another run": (
-        _json(
-            "exactness-vs-q1.json",
-            lambda d: d["candidates"][0].__setitem__("candidate", "/elsewhere/bench.json"),  # type: ignore[index]
-        ),
-        {EXACTNESS},
-    ),
-    "exactness-vs-q1.json saying the run was not exact": (
-        _json("exactness-vs-q1.json", _set("all_exact", False)),
-        {EXACTNESS},
-    ),
-    "a preload from /tmp in the service environment": (
-        _line("service-environment.txt", r"^LD_PRELOAD=$", "LD_PRELOAD=/tmp/evil.so"),
-        {ENVIRONMENT},
-    ),
-    "LD_LIBRARY_PATH led through /tmp": (
-        _line("service-environment.txt", r"^LD_LIBRARY_PATH=", "LD_LIBRARY_PATH=/tmp/lib:"),
-        {ENVIRONMENT},
-    ),
-    "a serving variable [launch.env] does not state": (
-        _line("service-environment.txt", r"^LANG=", "VLLM_ATTENTION_BACKEND=TORCH_SDPA\nLANG="),
-        {ENVIRONMENT},
-    ),
-    "a [launch.env] value other than the record's": (
-        _line("service-environment.txt", r"^OMP_NUM_THREADS=1$", "OMP_NUM_THREADS=8"),
-        {ENVIRONMENT},
-    ),
-    "another torch in the freeze": (
-        _manifests(
-            "pip-freeze-observed.txt", lambda t: t.replace("torch==2.12.0+xpu", "torch==2.12.0+cpu")
-        ),
-        {FREEZE},
-    ),
-    "one distribution frozen twice": (
-        _manifests("pip-freeze-observed.txt", lambda t: t + "torch==2.13.0\n"),
-        {FREEZE},
-    ),
-    "the runtime lock naming another source commit": (
-        _manifests(
-            "runtime-lock.json",
-            lambda t: t.replace("906190641d708b8028018c5dde653e265c835348", "0" * 40, 1),
-        ),
-        {FREEZE},
-    ),
-    "position 0 accepting more than there were drafts": (
-        _counter(POSITION_0, lambda v: v + 2000),
-        {ROWS},
-    ),
-    "more tokens accepted than were generated": (
-        _counter("vllm:spec_decode_num_accepted_tokens_total" + LABELS, lambda v: v + 7000),
-        {ROWS},
-    ),
-    "no draft, yet tokens accepted": (
-        _counter("vllm:spec_decode_num_drafts_total" + LABELS, lambda v: v - 1609),
-        {ROWS},
-    ),
-    "a row's completion_tokens not its token ids": (
-        _json("bench.json", _tokens_without_ids),
-        {ROWS},
-    ),
-    "a row dropped": (_json("bench.json", _drop_last_bench_row), {ROWS}),
-    "a file of the run directory that nothing judges": (_extra_file, {FILES}),
-    "a teacher bench of another run": (_teacher_bench(_other_teacher_token), {TEACHER}),
-    "a card held by another process before the start": (
-        _json("pre-idle.json", _observed_process),
-        {IDLE},
-    ),
-    "an idle check whose raw capture is of other bytes": (
-        _json("post-idle.json", lambda d: d["raw_capture"].__setitem__("stdout_bytes", 1)),
-        {IDLE},
-    ),
-    "an idle row whose process name is not marked as a basename": (
-        _json(
-            "idle-interval/prestart-11.json",
-            lambda d: d["idle"]["sanitized_payload"]["device_util_by_proc_list"][3].pop(
-                "process_name_mode"
-            ),
-        ),
-        {IDLE},
-    ),
-    "a verified idle interval that is no number": (
-        _line(
-            "identity.txt",
-            r"^verified_idle_interval_seconds=60$",
-            "verified_idle_interval_seconds=60s",
-        ),
-        {IDENTITY},
-    ),
-    "the run compared with itself": (
-        _json(
-            "exactness-vs-q1.json",
-            lambda d: d.__setitem__("teacher", d["candidates"][0]["candidate"]),  # type: ignore[index]
-        ),
-        {EXACTNESS},
-    ),
-    "a crash while serving": (
-        _line(
-            "server.log",
-            r"^(.*Prepared Laguna DFlash.*)$",
-            r"\1\nTraceback (most recent call last):",
-        ),
-        {LOG},
-    ),
-    "a worker dying while serving": (
-        _line(
-            "server.log",
-            r"^(.*Prepared Laguna DFlash.*)$",
-            r"\1\n(EngineCore pid=162906) ERROR 07-26 17:48:00 [multiproc_executor.py:250] Worker "
-            r"proc VllmWorker-2 died unexpectedly, shutting down executor.",
-        ),
-        {LOG},
-    ),
-    "a fourteenth request answered while serving": (
-        _line(
-            "server.log",
-            r"^(.*127\.0\.0\.1:49022 - \"POST /v1/chat/completions HTTP/1\.1\" 200 OK)$",
-            r"\1\n\1",
-        ),
-        {LOG},
-    ),
-    "a suite request answered 500 while serving": (
-        _line(
-            "server.log",
-            r"^(.*127\.0\.0\.1:49022 - \"POST /v1/chat/completions HTTP/1\.1\" )200 OK$",
-            r"\g<1>500 Internal Server Error",
-        ),
-        {LOG},
-    ),
-    "a log naming another vLLM than the one it ran": (
-        _line(
-            "server.log",
-            r"^(.*Resolved architecture: LagunaForCausalLM)$",
-            r"\1\n(APIServer pid=162700) INFO 07-26 17:45:22 [api_server.py:1] vLLM API server "
-            r"version 0.11.0",
-        ),
-        {LOG},
-    ),
-    "every request's first token in the 1 ms bucket": (
-        _run(
-            "metrics-after-suite.prom",
-            lambda t: re.sub(
-                r"^(vllm:time_to_first_token_seconds_bucket\{[^}]*\}) \S+$",
-                r"\1 13.0",
-                t,
-                flags=re.MULTILINE,
-            ),
-        ),
-        {ROWS},
-    ),
-    "a decode time the inter-token latencies do not sum to": (
-        _counter("vllm:request_decode_time_seconds_sum" + LABELS, lambda v: v + 1.0),
-        {ROWS},
-    ),
-    "failed requests counted that the access log does not hold": (
-        _run(
-            "metrics-after-suite.prom",
-            lambda t: t.replace(
-                'http_requests_total{handler="/v1/chat/completions",method="POST",status="2xx"} '
-                "13.0",
-                'http_requests_total{handler="/v1/chat/completions",method="POST",status="2xx"} '
-                "13.0\n"
-                'http_requests_total{handler="/v1/completions",method="POST",status="5xx"} 3.0',
-            ),
-        ),
-        {ROWS},
-    ),
-    "a log saying the stack served four sequences at once": (
-        _run("server.log", lambda t: t.replace("'max_num_seqs': 1,", "'max_num_seqs': 4,", 1)),
-        {LOG},
-    ),
-    "logged arguments that do not parse": (
-        _run(
-            "server.log",
-            lambda t: t.replace("'dtype': 'bfloat16',", "'dtype': 'bfloat16', 'x': <object>,", 1),
-        ),
-        {LOG},
-    ),
-    "an engine of two tensor parallel ranks": (
-        _run(
-            "server.log", lambda t: t.replace("tensor_parallel_size=4", "tensor_parallel_size=2", 1)
-        ),
-        {LOG},
-    ),
-    "a target of another max model len": (
-        _run(
-            "server.log",
-            lambda t: t.replace("Using max model len 8192", "Using max model len 4096", 1),
-        ),
-        {LOG},
-    ),
-    "the bench's median doubled": (
-        _json(
-            "bench.json",
-            lambda d: d["summary"]["tok_s_1_100_after_ttft"].__setitem__("median", 205.9),
-        ),  # type: ignore[index]
-        {ROWS},
-    ),
-    "the bench's own final gate failed": (
-        _json("bench.json", lambda d: d["realistic_final_gate"].__setitem__("passed", False)),  # type: ignore[index]
-        {ROWS},
-    ),
-    "a row's prompt another than the suite's": (
-        _json(
-            "bench.json", _first_bench_row(lambda row: row.__setitem__("prompt_sha256", "0" * 64))
-        ),
-        {ROWS},
-    ),
-    "a runtime lock of another interpreter than its venv's files": (
-        _manifests(
-            "runtime-lock.json", lambda t: t.replace('"python": "3.12.13"', '"python": "3.11.9"', 1)
-        ),
-        {FREEZE},
-    ),
-    "a teacher bench stating twice its median": (_teacher_bench(_faster_teacher), {TEACHER}),
-    "vLLM's output handler failing while serving": (
-        _line(
-            "server.log",
-            r"^(.*Prepared Laguna DFlash.*)$",
-            r"\1\n(APIServer pid=162700) ERROR 07-26 17:48:00 [async_llm.py:700] AsyncLLM "
-            r"output_handler failed.",
-        ),
-        {LOG},
-    ),
-    "a POST to a route the suite never posts to": (
-        _line(
-            "server.log",
-            LAST_POST,
-            r'\1\n(APIServer pid=162700) INFO:     127.0.0.1:39515 - "POST /v1/load_lora_adapter '
-            r'HTTP/1.1" 200 OK',
-        ),
-        {ROWS},
-    ),
-    "an access log without the reads of /metrics": (
-        _run(
-            "server.log",
-            lambda t: "".join(x for x in t.splitlines(keepends=True) if "GET /metrics" not in x),
-        ),
-        {ROWS},
-    ),
-    "prefix caching on in the read before the suite": (
-        _run(
-            "metrics-before-suite.prom",
-            lambda t: t.replace('enable_prefix_caching="False"', 'enable_prefix_caching="True"'),
-        ),
-        {ROWS},
-    ),
-    "requests running before the suite": (
-        _run(
-            "metrics-before-suite.prom",
-            lambda t: t.replace(
-                'vllm:num_requests_running{engine="0",model_name="laguna-s-2.1-int4"} 0.0',
-                'vllm:num_requests_running{engine="0",model_name="laguna-s-2.1-int4"} 2.0',
-            ),
-        ),
-        {ROWS},
-    ),
-    "sizes of requests never counted": (
-        _run(
-            "metrics-after-suite.prom",
-            lambda t: t.replace(CHAT_SIZES[0], CHAT_SIZES[0][:-4] + "20.0").replace(
-                CHAT_SIZES[1], CHAT_SIZES[1][:-4] + "20.0"
-            ),
-        ),
-        {ROWS},
-    ),
-    "requests timed within 10 ms while they streamed for seconds": (
-        _run("metrics-after-suite.prom", _timed_within_10_ms),
-        {ROWS},
-    ),
-    "python_info of another interpreter than the runtime lock's": (
-        _both_reads(lambda t: t.replace(*OTHER_PYTHON)),
-        {ROWS},
-    ),
-    "every counter created a month before the run": (_both_reads(_a_month_earlier), {ROWS}),
-    "the bench's requests a day before the run": (
-        _json("bench.json", _a_day_earlier),
-        {ROWS, IDLE},
-    ),
-    "requests that ended after the bench was created": (
-        _json(
-            "bench.json",
-            lambda d: d["run_identity"].__setitem__(  # type: ignore[index]
-                "created_at_utc", "2026-07-26T21:49:00+00:00"
-            ),
-        ),
-        {ROWS},
-    ),
+    **_caught_by({LOG}, _LOG_FORGERIES),
+    **_caught_by({FILES}, _FILES_FORGERIES),
+    **_caught_by({IDLE}, _IDLE_FORGERIES),
+    **_caught_by({IDENTITY}, _IDENTITY_FORGERIES),
+    **_caught_by({EXACTNESS}, _EXACTNESS_FORGERIES),
+    **_caught_by({ENVIRONMENT}, _ENVIRONMENT_FORGERIES),
+    **_caught_by({FREEZE}, _FREEZE_FORGERIES),
+    **_caught_by({ROWS}, _ROWS_FORGERIES),
+    **_caught_by({TEACHER}, _TEACHER_FORGERIES),
+    **_caught_by({ROWS, IDLE}, _ROWS_IDLE_FORGERIES),
 }
 
 

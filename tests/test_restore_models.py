@@ -17,6 +17,7 @@ from pathlib import Path
 from urllib.parse import unquote, urlparse
 
 import pytest
+from drifts import drift_of
 from killed import killed_at
 
 from repro_serving.builder import tinymodel
@@ -64,14 +65,24 @@ def tiny() -> Model:
     return model
 
 
+_file = drift_of(DriftKind.MODEL_FILE, why="a release file of the model is not the pinned one")
+_other_revision = drift_of(
+    DriftKind.MODEL_REVISION,
+    subject="model target repro/tiny-llama",
+    why="the generator wrote another revision than the pinned one",
+)
+
+
+@pytest.fixture
+def restored(tiny: Model, tmp_path: Path) -> Path:
+    """The tiny model restored into `tiny-llama` under the test's directory."""
+    directory = tmp_path / "tiny-llama"
+    restore_model(tiny, directory)
+    return directory
+
+
 def _changed_file(name: str, pinned: str, found: str) -> Drift:
-    return Drift(
-        kind=DriftKind.MODEL_FILE,
-        subject=f"{{model.target}}/{name}",
-        expected=f"sha256 {pinned}",
-        observed=f"sha256 {found}",
-        why="a release file of the model is not the pinned one",
-    )
+    return _file(f"{{model.target}}/{name}", f"sha256 {pinned}", f"sha256 {found}")
 
 
 def _flip_last_byte(path: Path) -> str:
@@ -109,12 +120,12 @@ def test_an_existing_empty_directory_is_restored_into(tiny: Model, tmp_path: Pat
     assert sorted(p.name for p in tmp_path.iterdir()) == ["tiny-llama"]
 
 
-def test_a_second_restore_is_already_and_touches_nothing(tiny: Model, tmp_path: Path) -> None:
-    directory = tmp_path / "tiny-llama"
-    restore_model(tiny, directory)
+def test_a_second_restore_is_already_and_touches_nothing(
+    tiny: Model, tmp_path: Path, restored: Path
+) -> None:
     before = _tree(tmp_path)
     said: list[str] = []
-    result = restore_model(tiny, directory, progress=said.append)
+    result = restore_model(tiny, restored, progress=said.append)
     assert (result.action, result.detail, result.drifts) == (
         Action.ALREADY,
         "holds every pinned file",
@@ -125,13 +136,11 @@ def test_a_second_restore_is_already_and_touches_nothing(tiny: Model, tmp_path: 
 
 
 def test_a_file_with_other_bytes_of_the_same_size_is_refused_naming_it(
-    tiny: Model, tmp_path: Path
+    tiny: Model, tmp_path: Path, restored: Path
 ) -> None:
-    directory = tmp_path / "tiny-llama"
-    restore_model(tiny, directory)
-    found = _flip_last_byte(directory / "tokenizer.json")
+    found = _flip_last_byte(restored / "tokenizer.json")
     before = _tree(tmp_path)
-    result = restore_model(tiny, directory)
+    result = restore_model(tiny, restored)
     assert result.action is Action.REFUSED
     assert not result.ok
     assert result.detail == (
@@ -142,17 +151,15 @@ def test_a_file_with_other_bytes_of_the_same_size_is_refused_naming_it(
 
 
 def test_force_replaces_a_changed_directory_atomically_and_then_it_is_already(
-    tiny: Model, tmp_path: Path
+    tiny: Model, tmp_path: Path, restored: Path
 ) -> None:
-    directory = tmp_path / "tiny-llama"
-    restore_model(tiny, directory)
-    _flip_last_byte(directory / "model.safetensors")
-    (directory / "extra.bin").write_bytes(b"beside the release")
-    result = restore_model(tiny, directory, force=True)
+    _flip_last_byte(restored / "model.safetensors")
+    (restored / "extra.bin").write_bytes(b"beside the release")
+    result = restore_model(tiny, restored, force=True)
     assert result.action is Action.RESTORED
-    assert tinymodel.file_digests(directory) == dict(tiny.files)
+    assert tinymodel.file_digests(restored) == dict(tiny.files)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["tiny-llama"]  # the old one removed
-    assert restore_model(tiny, directory).action is Action.ALREADY
+    assert restore_model(tiny, restored).action is Action.ALREADY
 
 
 def test_a_file_where_the_directory_should_be_is_refused_and_left(
@@ -175,15 +182,7 @@ def test_pins_the_generator_does_not_write_are_refused_leaving_nothing(
     result = restore_model(pins, directory)
     assert result.action is Action.REFUSED
     assert result.detail == "the tiny-llama generator does not write the pinned files"
-    assert result.drifts == (
-        Drift(
-            kind=DriftKind.MODEL_FILE,
-            subject="{model.target}/config.json",
-            expected=f"sha256 {other}",
-            observed=f"sha256 {tiny.files['config.json']}",
-            why="a release file of the model is not the pinned one",
-        ),
-    )
+    assert result.drifts == (_changed_file("config.json", other, tiny.files["config.json"]),)
     assert list(tmp_path.iterdir()) == []
 
 
@@ -193,35 +192,26 @@ def test_a_revision_other_than_the_tree_of_the_generated_files_is_refused(
     pins = tiny.model_copy(update={"revision": "f" * 40})
     result = restore_model(pins, tmp_path / "tiny-llama")
     assert result.action is Action.REFUSED
-    assert result.drifts == (
-        Drift(
-            kind=DriftKind.MODEL_REVISION,
-            subject="model target repro/tiny-llama",
-            expected=f"revision {'f' * 40}",
-            observed=f"revision {tiny.revision}: the git tree id of the generated files",
-            why="the generator wrote another revision than the pinned one",
-        ),
-    )
+    generated = f"revision {tiny.revision}: the git tree id of the generated files"
+    assert result.drifts == (_other_revision(f"revision {'f' * 40}", generated),)
     assert list(tmp_path.iterdir()) == []
 
 
 def test_the_revision_is_the_tree_git_itself_writes_for_the_generated_files(
-    tiny: Model, tmp_path: Path
+    tiny: Model, tmp_path: Path, restored: Path
 ) -> None:
-    directory = tmp_path / "tiny-llama"
-    restore_model(tiny, directory)
     env = {**os.environ, "GIT_CONFIG_NOSYSTEM": "1", "GIT_CONFIG_GLOBAL": os.devnull}
     for args in (["init", "--quiet"], ["add", "--all"]):
-        subprocess.run(["git", "-C", str(directory), *args], env=env, check=True)
+        subprocess.run(["git", "-C", str(restored), *args], env=env, check=True)
     written = subprocess.run(
-        ["git", "-C", str(directory), "write-tree"],
+        ["git", "-C", str(restored), "write-tree"],
         env=env,
         capture_output=True,
         text=True,
         check=True,
     ).stdout.strip()
-    (directory / ".git").rename(tmp_path / "git")  # tree_id reads only the files
-    assert tree_id(directory) == written == tiny.revision == tinymodel.revision()
+    (restored / ".git").rename(tmp_path / "git")  # tree_id reads only the files
+    assert tree_id(restored) == written == tiny.revision == tinymodel.revision()
 
 
 def test_a_model_with_no_generator_and_no_hub_is_refused_saying_what_would_restore_it(

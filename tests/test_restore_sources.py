@@ -9,6 +9,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
+from drifts import drift_of
 from gitrepo import ENGINE, commit_all, run_git
 from killed import killed_at
 
@@ -20,6 +21,13 @@ from repro_serving.builder.restore.sources import restore_source
 from repro_serving.builder.restore.step import Action, Progress, StepResult, no_progress
 
 MISSING = "0123456789abcdef0123456789abcdef01234567"
+
+_commit = drift_of(DriftKind.SOURCE_COMMIT, subject="source engine")
+_patch_file = drift_of(
+    DriftKind.SOURCE_PATCH,
+    subject="source engine: patch patches/fix.patch",
+    why="the patch file is not the pinned one",
+)
 
 
 def sha256(path: Path) -> str:
@@ -157,12 +165,10 @@ def test_a_commit_the_repository_lacks_is_refused_naming_url_and_commit(
     assert result.action is Action.REFUSED
     assert result.detail == f"{upstream.repo} has no commit {MISSING}"
     assert result.drifts == (
-        Drift(
-            kind=DriftKind.SOURCE_COMMIT,
-            subject="source engine",
-            expected=f"commit {MISSING} in {upstream.repo}",
-            observed="the repository has no such commit",
-            why="the pinned commit cannot be checked out from the source's url",
+        _commit(
+            f"commit {MISSING} in {upstream.repo}",
+            "the repository has no such commit",
+            "the pinned commit cannot be checked out from the source's url",
         ),
     )
     assert _siblings(upstream) == []
@@ -199,12 +205,10 @@ def test_a_work_tree_at_another_commit_is_refused_and_force_replaces_it(
         "the work tree does not hold the pinned commit and patches; force replaces it"
     )
     assert refused.drifts == (
-        Drift(
-            kind=DriftKind.SOURCE_COMMIT,
-            subject="source engine",
-            expected=f"commit {upstream.first}",
-            observed=f"commit {upstream.second}",
-            why="the work tree is checked out at another commit",
+        _commit(
+            f"commit {upstream.first}",
+            f"commit {upstream.second}",
+            "the work tree is checked out at another commit",
         ),
     )
     assert _tree(upstream.base / "work") == before
@@ -267,13 +271,7 @@ def test_a_patch_file_with_other_bytes_is_refused_before_anything_is_cloned(
     assert result.action is Action.REFUSED
     assert result.detail == "patch patches/fix.patch is not the pinned one: nothing was applied"
     assert result.drifts == (
-        Drift(
-            kind=DriftKind.SOURCE_PATCH,
-            subject="source engine: patch patches/fix.patch",
-            expected=f"sha256 {pins.patches[0].sha256}",
-            observed=f"sha256 {sha256(patch)}",
-            why="the patch file is not the pinned one",
-        ),
+        _patch_file(f"sha256 {pins.patches[0].sha256}", f"sha256 {sha256(patch)}"),
     )
     assert said == []
     assert not (upstream.base / "work").exists()
@@ -285,7 +283,7 @@ def test_a_missing_patch_file_is_refused(upstream: Upstream) -> None:
     patch.unlink()
     result = _restore(upstream, pins)
     assert result.action is Action.REFUSED
-    assert [(d.kind, d.observed) for d in result.drifts] == [(DriftKind.SOURCE_PATCH, "missing")]
+    assert result.drifts == (_patch_file(f"sha256 {pins.patches[0].sha256}", "missing"),)
     assert not (upstream.base / "work").exists()
 
 

@@ -20,6 +20,7 @@ from typing import Any
 
 import pytest
 from conftest import REPO_ROOT
+from prometheus import a_month_earlier, revalued
 
 from repro_serving.builder.documents.evidence import OracleRow, Rows
 from repro_serving.builder.documents.manifest import Manifest, Suite
@@ -724,20 +725,28 @@ def test_a_histogram_whose_buckets_are_not_cumulative_is_refused() -> None:
     assert any("expected cumulative buckets" in problem for problem in found), found
 
 
-def test_requests_left_running_after_the_suite_are_refused() -> None:
-    found = tiny_metrics(after=sample("vllm:num_requests_running", 3.0))
-    assert (
-        f'{PAIR}: vllm:num_requests_running{{engine="0",model_name="tiny"}}: expected no request '
-        "left once the suite was answered, found 3"
-    ) in found, found
-
-
-def test_decode_steps_other_than_one_per_later_token_are_refused() -> None:
-    found = tiny_metrics(after=sample("vllm:inter_token_latency_seconds_count", 154.0))
-    assert (
-        f"{PAIR}: vllm:inter_token_latency_seconds_count: expected a rise of 155 (each row's "
-        "tokens after its first: one decode step each), found 154"
-    ) in found, found
+@pytest.mark.parametrize(
+    ("change", "refusal"),
+    [
+        pytest.param(
+            sample("vllm:num_requests_running", 3.0),
+            f'{PAIR}: vllm:num_requests_running{{engine="0",model_name="tiny"}}: expected no '
+            "request left once the suite was answered, found 3",
+            id="requests left running after the suite",
+        ),
+        pytest.param(
+            sample("vllm:inter_token_latency_seconds_count", 154.0),
+            f"{PAIR}: vllm:inter_token_latency_seconds_count: expected a rise of 155 (each row's "
+            "tokens after its first: one decode step each), found 154",
+            id="decode steps other than one per later token",
+        ),
+    ],
+)
+def test_a_count_the_answered_rows_contradict_is_refused(
+    change: Callable[[str], str], refusal: str
+) -> None:
+    found = tiny_metrics(after=change)
+    assert refusal in found, found
 
 
 def test_prefix_cache_queries_while_the_engine_reports_caching_off_are_refused() -> None:
@@ -1034,16 +1043,30 @@ PREFILL_SUM = "vllm:request_prefill_time_seconds_sum"
 CLOCKS = "0.05 s of slack between the server's and the engine's clocks"
 
 
+def outlasting(series: str, what: str, found: str) -> str:
+    """The refusal of `series`, `what` of each tiny request, rising past their end-to-end
+    latencies."""
+    return (
+        f"{PAIR}: {series}: expected a rise of at most 0.470322 s (each request's {what} inside "
+        f"its end-to-end latency, whose sum rose by 0.420322 s; {CLOCKS}), found {found}"
+    )
+
+
+def not_the_same_intervals(series: str, of: str, expected: str, found: str) -> str:
+    """The refusal of `series`, which times the same intervals as `of`, rising otherwise."""
+    return (
+        f"{PAIR}: {series}: expected a rise of {expected} ({of}: the same intervals of the "
+        f"engine's clock, to 1e-06 s an observation), found {found}"
+    )
+
+
 def test_a_decode_time_longer_than_the_end_to_end_latency_is_refused() -> None:
     """Decode and inference 10 s longer: outside the 0.42 s the requests took, and no longer
     the sum of their inter-token latencies (equal to the last bit in every committed read)."""
     found = tiny_metrics(after=lambda t: plus(INFERENCE_SUM, 10)(plus(DECODE_SUM, 10)(t)))
     assert {
-        f"{PAIR}: {DECODE_SUM}: expected a rise of at most 0.470322 s (each request's decode "
-        f"inside its end-to-end latency, whose sum rose by 0.420322 s; {CLOCKS}), found "
-        "10.372868546000063",
-        f"{PAIR}: {ITL_SUM}: expected a rise of 10.372868546000063 ({DECODE_SUM}: the same "
-        "intervals of the engine's clock, to 1e-06 s an observation), found 0.37286854600006336",
+        outlasting(DECODE_SUM, "decode", "10.372868546000063"),
+        not_the_same_intervals(ITL_SUM, DECODE_SUM, "10.372868546000063", "0.37286854600006336"),
         f"{PAIR}: {QUEUE_SUM}, {PREFILL_SUM} and {DECODE_SUM}: expected rises summing to at most "
         "0.470322 s (a request is queued, prefilled and decoded inside its end-to-end latency, "
         f"whose sum rose by 0.420322 s; {CLOCKS}), found 10.4031 s",
@@ -1054,11 +1077,13 @@ def test_a_decode_time_within_its_buckets_but_not_its_steps_is_refused() -> None
     """10 ms more decode, inside every bucket bound and the end-to-end latency: the sum of the
     inter-token latencies and inference (prefill + decode) still tell."""
     assert tiny_metrics(after=plus(DECODE_SUM, 0.01)) == (
-        f"{PAIR}: {INFERENCE_SUM}: expected a rise of 0.41300842700025897 ({PREFILL_SUM} + "
-        f"{DECODE_SUM}: the same intervals of the engine's clock, to 1e-06 s an observation), "
-        "found 0.40300842700025896",
-        f"{PAIR}: {ITL_SUM}: expected a rise of 0.38286854600006337 ({DECODE_SUM}: the same "
-        "intervals of the engine's clock, to 1e-06 s an observation), found 0.37286854600006336",
+        not_the_same_intervals(
+            INFERENCE_SUM,
+            f"{PREFILL_SUM} + {DECODE_SUM}",
+            "0.41300842700025897",
+            "0.40300842700025896",
+        ),
+        not_the_same_intervals(ITL_SUM, DECODE_SUM, "0.38286854600006337", "0.37286854600006336"),
         f"{PAIR}: {TPOT_SUM}: expected a rise of 0.0123506 s (each request's decode time over its "
         "tokens after the first: the decode time's rise 0.382869 s over the rows' 31 to 31 "
         "tokens), found 0.01202801761290527",
@@ -1068,11 +1093,8 @@ def test_a_decode_time_within_its_buckets_but_not_its_steps_is_refused() -> None
 def test_inter_token_latencies_longer_than_the_requests_are_refused() -> None:
     found = tiny_metrics(after=plus(ITL_SUM, 34.0))
     assert {
-        f"{PAIR}: {ITL_SUM}: expected a rise of at most 0.470322 s (each request's inter-token "
-        f"latencies inside its end-to-end latency, whose sum rose by 0.420322 s; {CLOCKS}), found "
-        "34.37286854600006",
-        f"{PAIR}: {ITL_SUM}: expected a rise of 0.37286854600006336 ({DECODE_SUM}: the same "
-        "intervals of the engine's clock, to 1e-06 s an observation), found 34.37286854600006",
+        outlasting(ITL_SUM, "inter-token latencies", "34.37286854600006"),
+        not_the_same_intervals(ITL_SUM, DECODE_SUM, "0.37286854600006336", "34.37286854600006"),
     } <= set(found), found
 
 
@@ -1090,9 +1112,7 @@ def test_a_time_per_output_token_other_than_decode_over_the_tokens_is_refused(ri
 def test_a_queue_time_longer_than_the_requests_are_refused() -> None:
     found = tiny_metrics(after=plus(QUEUE_SUM, 50.0))
     assert {
-        f"{PAIR}: {QUEUE_SUM}: expected a rise of at most 0.470322 s (each request's time queued "
-        f"inside its end-to-end latency, whose sum rose by 0.420322 s; {CLOCKS}), found "
-        "50.00008781500037",
+        outlasting(QUEUE_SUM, "time queued", "50.00008781500037"),
         f"{PAIR}: {QUEUE_SUM} and {PREFILL_SUM}: expected rises summing to at most 0.101837 s (a "
         "request is queued and prefilled before the server sees its first token, whose times "
         f"rose by 0.0518367 s; {CLOCKS}), found 50.0302 s",
@@ -1324,14 +1344,20 @@ def test_suite_requests_the_server_timed_longer_than_the_client_waited_are_refus
     } <= set(found), found
 
 
-def test_request_sizes_observed_for_requests_never_counted_are_refused() -> None:
-    def sized(metrics: str) -> str:
+def sizes_counted(count: float) -> Callable[[str], str]:
+    """A change of a metrics text: `count` chat requests and responses sized."""
+
+    def change(metrics: str) -> str:
         for name in ("http_request_size_bytes_count", "http_response_size_bytes_count"):
-            metrics = sample(name, 9.0, handler="/v1/chat/completions")(metrics)
+            metrics = sample(name, count, handler="/v1/chat/completions")(metrics)
         return metrics
 
+    return change
+
+
+def test_request_sizes_observed_for_requests_never_counted_are_refused() -> None:
     counts = "the requests http_requests_total counts for the handler"
-    assert tiny_metrics(after=sized) == tuple(
+    assert tiny_metrics(after=sizes_counted(9.0)) == tuple(
         f"{PAIR} (after): {name}_count{{{CHAT}}}: expected 5 ({counts}: the instrumentator "
         "observes each one it counts), found 9"
         for name in ("http_request_size_bytes", "http_response_size_bytes")
@@ -1342,12 +1368,7 @@ def test_more_requests_timed_than_counted_are_refused() -> None:
     """The unlabelled histogram (every request) given 14 more: the handlers counted 6."""
 
     def more(metrics: str) -> str:
-        metrics = re.sub(
-            rf'^({HIGHR}_bucket\{{le="[^"]+"\}}) (\S+)$',
-            lambda m: f"{m[1]} {float(m[2]) + 14.0}",
-            metrics,
-            flags=re.MULTILINE,
-        )
+        metrics = revalued(metrics, rf'{HIGHR}_bucket\{{le="[^"]+"\}}', lambda n: n + 14.0)
         return sample(f"{HIGHR}_count", 20.0)(metrics)
 
     assert tiny_metrics(after=more) == (
@@ -1366,9 +1387,7 @@ def test_laguna_requests_timed_shorter_than_their_streams_are_refused() -> None:
     streamed 6 to 25 s: the labelled histogram, the same durations, and the rows both refuse."""
 
     def quick(metrics: str) -> str:
-        metrics = re.sub(
-            rf'^({HIGHR}_bucket\{{le="[^"]+"\}}) \S+$', r"\1 13.0", metrics, flags=re.MULTILINE
-        )
+        metrics = revalued(metrics, rf'{HIGHR}_bucket\{{le="[^"]+"\}}', lambda _: 13.0)
         return sample(f"{HIGHR}_sum", 0.1)(metrics)
 
     found = laguna_metrics(quick)
@@ -1384,12 +1403,7 @@ def test_laguna_requests_timed_shorter_than_their_streams_are_refused() -> None:
 
 
 def test_laguna_request_sizes_of_uncounted_requests_are_refused() -> None:
-    def sized(metrics: str) -> str:
-        for name in ("http_request_size_bytes_count", "http_response_size_bytes_count"):
-            metrics = sample(name, 20.0, handler="/v1/chat/completions")(metrics)
-        return metrics
-
-    assert laguna_metrics(sized)[:1] == (
+    assert laguna_metrics(sizes_counted(20.0))[:1] == (
         f"{LAGUNA_PAIR} (after): http_request_size_bytes_count{{{CHAT}}}: expected 13 (the "
         "requests http_requests_total counts for the handler: the instrumentator observes each "
         "one it counts), found 20",
@@ -1555,12 +1569,7 @@ def test_vllm_counters_created_before_their_engine_core_started_are_refused() ->
     started = json.loads((TINY / "evidence/start-1/server.json").read_text())["started_at"]
 
     def early(metrics: str) -> str:
-        return re.sub(
-            r"^(vllm:\S+_created(?:\{[^}]*\})?) \S+$",
-            lambda m: f"{m[1]} {started + 1.0!r}",
-            metrics,
-            flags=re.MULTILINE,
-        )
+        return revalued(metrics, r"vllm:\S+_created(?:\{[^}]*\})?", lambda _: started + 1.0)
 
     assert tiny_read(before=early, after=early, facts=facts_of(TINY)) == tuple(
         f'{PAIR} ({which}): vllm:admission_rejections_created{{model_name="tiny",'
@@ -1603,15 +1612,8 @@ def test_laguna_counters_a_month_before_the_run_are_refused() -> None:
     """The process start and every counter's creation 30 days earlier: before the idle
     snapshots that saw no process holding a card, before the first request was sent."""
 
-    def earlier(metrics: str) -> str:
-        return re.sub(
-            r"^((?:vllm:\S+|http_\S+)_created(?:\{[^}]*\})?|process_start_time_seconds) (\S+)$",
-            lambda m: f"{m[1]} {float(m[2]) - 30 * 86400!r}",
-            metrics,
-            flags=re.MULTILINE,
-        )
-
-    before, after = earlier(text(LAGUNA, LAGUNA_BEFORE)), earlier(text(LAGUNA, LAGUNA_AFTER))
+    before = a_month_earlier(text(LAGUNA, LAGUNA_BEFORE))
+    after = a_month_earlier(text(LAGUNA, LAGUNA_AFTER))
     snapshot = (
         "run/idle-interval/prestart-12.json observed_utc (the last idle snapshot before) "
         "(1785102297.0558; 1 s of slack)"

@@ -9,6 +9,7 @@ import json
 import os
 import stat
 import subprocess
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -330,6 +331,16 @@ def _steps(tmp_path: Path, *, force: bool) -> list[str]:
     return steps
 
 
+def _kills(tmp_path: Path, *, force: bool) -> Iterator[tuple[int, str, Path, bool]]:
+    """Each step of a seal (at least 20): its number, what it said, the directory a seal killed
+    after it works in, and whether the bundle was renamed into place by then."""
+    steps = _steps(tmp_path, force=force)
+    assert len(steps) >= 20
+    renamed = steps.index("renamed into place") + 1
+    for step, said in enumerate(steps, start=1):
+        yield step, said, tmp_path / f"kill-{step}", step >= renamed
+
+
 def _leftovers_never_verify(parent: Path) -> None:
     for leftover in parent.iterdir():
         if leftover.name != BUNDLE_NAME:
@@ -337,15 +348,11 @@ def _leftovers_never_verify(parent: Path) -> None:
 
 
 def test_a_seal_killed_at_any_step_leaves_no_bundle_that_verifies(tmp_path: Path) -> None:
-    steps = _steps(tmp_path, force=False)
-    assert len(steps) >= 20
-    renamed = steps.index("renamed into place") + 1
-    for step in range(1, len(steps) + 1):
-        parent = tmp_path / f"kill-{step}"
+    for step, said, parent, renamed in _kills(tmp_path, force=False):
         _seal_killed_after(parent, step, tag="new", force=False)
         final = parent / BUNDLE_NAME
-        if step < renamed:
-            assert not final.exists(), steps[step - 1]
+        if not renamed:
+            assert not final.exists(), said
         else:
             assert verify_bundle(final, example_trust()).findings == ()
             assert _sealed_tag(final) == "new"
@@ -353,16 +360,12 @@ def test_a_seal_killed_at_any_step_leaves_no_bundle_that_verifies(tmp_path: Path
 
 
 def test_a_forced_seal_killed_at_any_step_leaves_the_old_or_the_new_bundle(tmp_path: Path) -> None:
-    steps = _steps(tmp_path, force=True)
-    assert len(steps) >= 20
-    renamed = steps.index("renamed into place") + 1
-    for step in range(1, len(steps) + 1):
-        parent = tmp_path / f"kill-{step}"
+    for step, said, parent, renamed in _kills(tmp_path, force=True):
         seal_example(parent, tag="old")
         _seal_killed_after(parent, step, tag="new", force=True)
         final = parent / BUNDLE_NAME
-        assert verify_bundle(final, example_trust()).findings == (), steps[step - 1]
-        assert _sealed_tag(final) == ("old" if step < renamed else "new")
+        assert verify_bundle(final, example_trust()).findings == (), said
+        assert _sealed_tag(final) == ("new" if renamed else "old")
         _leftovers_never_verify(parent)
 
 

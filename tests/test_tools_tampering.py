@@ -31,6 +31,7 @@ from typing import Any
 
 import bundle_assets
 import pytest
+from cases import by_name
 from conftest import REPO_ROOT
 
 from repro_serving.builder.build import staged_readme
@@ -393,12 +394,11 @@ MEMBERS = {
 }  # fmt: skip
 
 
-@pytest.mark.parametrize("case", MEMBERS, ids=list(MEMBERS))
+@pytest.mark.parametrize(("member", "reason"), by_name(MEMBERS))
 def test_a_member_repro_never_packs_is_refused_by_name(
-    refused: Refused, version: str, case: str
+    refused: Refused, version: str, member: str, reason: str
 ) -> None:
-    name, reason = MEMBERS[case]
-    name = name.format(v=version)
+    name = member.format(v=version)
     detail = refused(adding(name))
     assert f"tools/{bundle.wheel_filename(version)}: {name!r}: " in detail
     assert reason in detail.split(f"{name!r}: ", 1)[1].split(";")[0]
@@ -430,11 +430,10 @@ DIST_INFO = {
 }  # fmt: skip
 
 
-@pytest.mark.parametrize("case", DIST_INFO, ids=list(DIST_INFO))
+@pytest.mark.parametrize(("member", "text", "found"), by_name(DIST_INFO))
 def test_a_dist_info_other_than_repros_is_refused_by_name(
-    refused: Refused, version: str, case: str
+    refused: Refused, version: str, member: str, text: str, found: str
 ) -> None:
-    member, text, found = DIST_INFO[case]
     detail = refused(changing(f".dist-info/{member}", lambda _: text.encode()))
     assert f"{bundle.wheel_filename(version)}: {dist_info(version)}/{member}: " in detail
     assert found in detail
@@ -474,9 +473,10 @@ METADATA = {
 }  # fmt: skip
 
 
-@pytest.mark.parametrize("case", METADATA, ids=list(METADATA))
-def test_metadata_states_each_single_field_once(refused: Refused, version: str, case: str) -> None:
-    old, new, found = METADATA[case]
+@pytest.mark.parametrize(("old", "new", "found"), by_name(METADATA))
+def test_metadata_states_each_single_field_once(
+    refused: Refused, version: str, old: str, new: str, found: str
+) -> None:
     detail = refused(_metadata_edit(old, new))
     assert f"{bundle.wheel_filename(version)}: {dist_info(version)}/METADATA: {found}" in detail
 
@@ -695,11 +695,14 @@ REQUIREMENT_CASES = {
 }  # fmt: skip
 
 
-@pytest.mark.parametrize("case", REQUIREMENT_CASES, ids=list(REQUIREMENT_CASES))
+@pytest.mark.parametrize(("change", "line_of", "found"), by_name(REQUIREMENT_CASES))
 def test_requirements_other_than_the_wheel_and_the_lock_require_are_refused_by_line(
-    refused: Refused, base: Path, case: str
+    refused: Refused,
+    base: Path,
+    change: Callable[[list[str]], list[str]],
+    line_of: Callable[[list[str]], int],
+    found: str,
 ) -> None:
-    change, line_of, found = REQUIREMENT_CASES[case]
     lines = change((base / REQUIREMENTS).read_text().splitlines())
     detail = refused(requirements_edit(change))
     assert f"{REQUIREMENTS}:{line_of(lines)}: " in detail, detail
@@ -850,11 +853,10 @@ ARCHIVES = {
 }
 
 
-@pytest.mark.parametrize("case", ARCHIVES, ids=list(ARCHIVES))
+@pytest.mark.parametrize(("edit", "found"), by_name(ARCHIVES))
 def test_a_hostile_archive_is_refused_without_a_traceback(
-    refused: Refused, version: str, case: str
+    refused: Refused, version: str, edit: Callable[[Path], None], found: str
 ) -> None:
-    edit, found = ARCHIVES[case]
     detail = refused(edit, also=(KERNELS_CLAIM,))
     assert bundle.wheel_filename(version) in detail
     assert found in detail, detail

@@ -21,6 +21,7 @@ from typing import Any
 
 import pytest
 from bundle_assets import EXAMPLE_PUB, REPO_ROOT, resealed
+from cases import by_name
 from schemas import assert_valid
 
 from repro_serving.builder.canonical import canonical_json
@@ -384,11 +385,10 @@ AUDIT_LIES["a torch kernel cache under another directory than the worker's HOME"
 )
 
 
-@pytest.mark.parametrize("lie", sorted(AUDIT_LIES))
+@pytest.mark.parametrize(("edit", "named"), by_name(AUDIT_LIES))
 def test_a_sealed_audit_is_judged_again(
-    lie: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    edit: Edit, named: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    edit, named = AUDIT_LIES[lie]
     document = hostile(tmp_path, capsys, edit)
     assert named in failed(document, "live audit of start-1 judged again")
     # the gate the run sealed as passed is recomputed as failed
@@ -491,14 +491,12 @@ PRIVATE_LIES: dict[str, tuple[Edit, str]] = {
 }
 
 
-@pytest.mark.parametrize("lie", sorted(PRIVATE_LIES))
+@pytest.mark.parametrize(("edit", "named"), by_name(PRIVATE_LIES))
 def test_private_directories_and_requesters_are_the_trees_own(
-    lie: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    edit: Edit, named: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    edit, named = PRIVATE_LIES[lie]
-    document = hostile(tmp_path, capsys, edit)
-    details = " ".join(c["detail"] for c in document["claims"] if not c["ok"])
-    assert named in details
+    failures = [c["detail"] for c in hostile(tmp_path, capsys, edit)["claims"] if not c["ok"]]
+    assert named in " ".join(failures)
 
 
 def test_a_later_start_mapping_other_files_than_the_lock_is_refused(
@@ -527,8 +525,7 @@ def test_a_drift_removed_from_drifts_json_alone_is_refused(
         }
         (root / "evidence/start-2/audit/drifts.json").write_text(json.dumps([drift]))
 
-    document = hostile(tmp_path, capsys, edit)
-    assert "drifts.json" in failed(document, "live audit of start-2 judged again")
+    assert_refused((edit, "live audit of start-2 judged again", "drifts.json"), tmp_path, capsys)
 
 
 def test_a_kernel_set_rewritten_to_allow_everything_is_refused(
@@ -538,8 +535,9 @@ def test_a_kernel_set_rewritten_to_allow_everything_is_refused(
         path = root / "kernels" / "cpu.toml"
         path.write_text(path.read_text() + "\n# every mapping allowed\n")
 
-    document = hostile(tmp_path, capsys, edit)
-    assert "kernels/cpu.toml: expected the bytes of" in failed(document, "kernels/ = ")
+    assert_refused(
+        (edit, "kernels/ = ", "kernels/cpu.toml: expected the bytes of"), tmp_path, capsys
+    )
 
 
 # --- fresh starts, teardown, server, logs -----------------------------------------------------
@@ -737,6 +735,19 @@ def _vllm_created_at_spawn(root: Path) -> None:
     _reads(1, lambda t: re.sub(created, lambda m: f"{m[1]} {spawned + 1.0!r}", t, flags=re.M))(root)
 
 
+def _bytes_replaced(relative: str, *changes: tuple[bytes, bytes]) -> Edit:
+    """The file at `relative` with each change's old bytes replaced by its new ones, in turn."""
+
+    def edit(root: Path) -> None:
+        path = root / relative
+        data = path.read_bytes()
+        for old, new in changes:
+            data = data.replace(old, new)
+        path.write_bytes(data)
+
+    return edit
+
+
 def _log_replaced(start: int, old: bytes, new: bytes) -> Edit:
     """`old` replaced by `new` in what start `start`'s server logged while it served (teardown's
     log_bytes moved by the difference)."""
@@ -899,25 +910,13 @@ START_LIES: dict[str, Lie] = {
         "finish_reason",
     ),
     "a log of another vLLM than the lock pins": (
-        lambda root: (
-            (root / "evidence/start-2/server.log").write_bytes(
-                (root / "evidence/start-2/server.log")
-                .read_bytes()
-                .replace(b"(v0.32.0)", b"(v0.31.0)")
-            )
-            and None
-        ),
+        _bytes_replaced("evidence/start-2/server.log", (b"(v0.32.0)", b"(v0.31.0)")),
         "fresh starts",
         "vLLM version 0.31.0: expected 0.32.0",
     ),
     "a log saying the stack ran with another dtype": (
-        lambda root: (
-            (root / "evidence/start-1/server.log").write_bytes(
-                (root / "evidence/start-1/server.log")
-                .read_bytes()
-                .replace(b"'dtype': 'float32'", b"'dtype': 'bfloat16'")
-            )
-            and None
+        _bytes_replaced(
+            "evidence/start-1/server.log", (b"'dtype': 'float32'", b"'dtype': 'bfloat16'")
         ),
         "fresh starts",
         "non-default args dtype='bfloat16': expected the argv's --dtype float32",
@@ -1264,13 +1263,6 @@ def test_a_later_max_model_len_without_a_draft_model_is_refused() -> None:
     ]
 
 
-@pytest.mark.parametrize("lie", sorted(START_LIES))
-def test_every_start_is_judged_whole_and_apart(
-    lie: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
-) -> None:
-    assert_refused(START_LIES[lie], tmp_path, capsys)
-
-
 LOAD_ROWS = "evidence/start-1/load-c4/rows.json"
 
 
@@ -1351,8 +1343,7 @@ def test_junk_bytes_in_a_teardown_record_are_refused(
     def edit(root: Path) -> None:
         (root / "evidence/start-2/teardown.json").write_bytes(b"\x00\xffjunk")
 
-    document = hostile(tmp_path, capsys, edit)
-    assert "teardown.json" in failed(document, "fresh starts")
+    assert_refused((edit, "fresh starts", "teardown.json"), tmp_path, capsys)
 
 
 def test_a_sealed_file_nothing_reads_is_refused(
@@ -1361,8 +1352,7 @@ def test_a_sealed_file_nothing_reads_is_refused(
     def edit(root: Path) -> None:
         (root / "evidence" / "summary.json").write_text('{"status": "passed"}')
 
-    document = hostile(tmp_path, capsys, edit)
-    assert "evidence/summary.json" in failed(document, "content")
+    assert_refused((edit, "content", "evidence/summary.json"), tmp_path, capsys)
 
 
 # --- several nodes ------------------------------------------------------------------------------
@@ -1403,17 +1393,23 @@ def _rank_torn_down_serving(root: Path) -> None:
     )(root)
 
 
-def _rank1_everywhere(name: str, value: str) -> Edit:
+def _rank1_processes(change: Callable[[dict[str, Any]], None]) -> Edit:
+    """`change` made to every process rank 1's audit documents."""
+
     def edit(root: Path) -> None:
         for path in (root / "evidence/start-1/rank-1/audit").glob("*.json"):
             if path.name == "drifts.json":
                 continue
             document = json.loads(path.read_text())
             for process in document["processes"]:
-                process["environ"][name] = value
+                change(process)
             path.write_text(json.dumps(document))
 
     return edit
+
+
+def _rank1_everywhere(name: str, value: str) -> Edit:
+    return _rank1_processes(lambda process: process["environ"].__setitem__(name, value))
 
 
 def _one_kernel(root: Path) -> None:
@@ -1477,14 +1473,11 @@ def _rank1_libc_other_file(root: Path) -> None:
 def _rank1_started_earlier(seconds: int) -> Edit:
     """Rank 1's processes, and its log, `seconds` earlier."""
 
+    def earlier(process: dict[str, Any]) -> None:
+        process["started_at"] = round(process["started_at"] - seconds, 2)
+
     def edit(root: Path) -> None:
-        for path in (root / "evidence/start-1/rank-1/audit").glob("*.json"):
-            if path.name == "drifts.json":
-                continue
-            document = json.loads(path.read_text())
-            for process in document["processes"]:
-                process["started_at"] = round(process["started_at"] - seconds, 2)
-            path.write_text(json.dumps(document))
+        _rank1_processes(earlier)(root)
         _dated_later(1, -seconds, rank="rank-1")(root)
 
     return edit
@@ -1579,13 +1572,9 @@ NODE_LIES: dict[str, Lie] = {
         "found a process of rank 0's tree",
     ),
     "rank 1's log naming another vLLM as the version it launched": (
-        lambda root: (
-            (root / "evidence/start-1/rank-1/server.log").write_bytes(
-                (root / "evidence/start-1/rank-1/server.log")
-                .read_bytes()
-                .replace(b"Launching vLLM (v0.32.0)", b"Launching vLLM (v0.31.0)")
-            )
-            and None
+        _bytes_replaced(
+            "evidence/start-1/rank-1/server.log",
+            (b"Launching vLLM (v0.32.0)", b"Launching vLLM (v0.31.0)"),
         ),
         "fresh starts",
         "evidence/start-1/rank-1/server.log: vLLM version 0.31.0: expected 0.32.0",
@@ -1654,14 +1643,10 @@ NODE_LIES: dict[str, Lie] = {
         f"{TWO_NODES_SERVER['started_at']!r}",
     ),
     "rank 1's worker logging itself tensor parallel rank 0": (
-        lambda root: (
-            (root / "evidence/start-1/rank-1/server.log").write_bytes(
-                (root / "evidence/start-1/rank-1/server.log")
-                .read_bytes()
-                .replace(b"Worker_TP1", b"Worker_TP0")
-                .replace(b"TP rank 1", b"TP rank 0")
-            )
-            and None
+        _bytes_replaced(
+            "evidence/start-1/rank-1/server.log",
+            (b"Worker_TP1", b"Worker_TP0"),
+            (b"TP rank 1", b"TP rank 0"),
         ),
         "fresh starts",
         f"rank-1/server.log: pid {_role_pids(TWO_NODES, 'start-1/rank-1')['worker']} assigned DP "
@@ -1677,13 +1662,6 @@ NODE_LIES: dict[str, Lie] = {
         "rank-1/teardown.json: proven",
     ),
 }
-
-
-@pytest.mark.parametrize("lie", sorted(NODE_LIES))
-def test_every_node_is_judged_again(
-    lie: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
-) -> None:
-    assert_refused(NODE_LIES[lie], tmp_path, capsys, TWO_NODES)
 
 
 # --- the observations and the run record --------------------------------------------------------
@@ -1821,8 +1799,27 @@ OBSERVATION_LIES: dict[str, Lie] = {
 }
 
 
-@pytest.mark.parametrize("lie", sorted(OBSERVATION_LIES))
-def test_the_observations_and_the_run_record_are_judged_again(
-    lie: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+# --- the tables of lies, each told in a sealed copy ---------------------------------------------
+
+LIE_TABLES: dict[str, tuple[dict[str, Lie], Path]] = {
+    # every start is judged whole and apart
+    "start": (START_LIES, TINY),
+    # every node is judged again
+    "node": (NODE_LIES, TWO_NODES),
+    # the observations and the run record are judged again
+    "observation": (OBSERVATION_LIES, TINY),
+}
+
+
+@pytest.mark.parametrize(
+    ("lie", "source"),
+    [
+        pytest.param(lies[name], source, id=f"{table}: {name}")
+        for table, (lies, source) in LIE_TABLES.items()
+        for name in sorted(lies)
+    ],
+)
+def test_a_lie_told_in_a_sealed_copy_is_refused_by_the_claim_it_contradicts(
+    lie: Lie, source: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    assert_refused(OBSERVATION_LIES[lie], tmp_path, capsys)
+    assert_refused(lie, tmp_path, capsys, source)

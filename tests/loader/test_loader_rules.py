@@ -43,11 +43,17 @@ def assert_glibc_agrees(closure: Closure, exe: Path, env: dict[str, str] | None 
     assert predicted(closure, FS) == mapped.files
 
 
-def test_rpath_is_inherited_through_the_loader_chain(build: Build, base_config, cache) -> None:
+def rpath_chain(build: Build, **mid: str) -> Path:
+    """bin/app -> a/libtop.so -> b/libmid.so (built with `mid`) -> c/libleaf.so; the app's RPATH
+    names a, libtop's names b and c."""
     build.lib("c/libleaf.so")
-    build.lib("b/libmid.so", needed=["c/libleaf.so"])
+    build.lib("b/libmid.so", needed=["c/libleaf.so"], **mid)
     build.lib("a/libtop.so", needed=["b/libmid.so"], rpath=f"{build.root}/b:{build.root}/c")
-    exe = build.exe("bin/app", needed=["a/libtop.so"], rpath=f"{build.root}/a")
+    return build.exe("bin/app", needed=["a/libtop.so"], rpath=f"{build.root}/a")
+
+
+def test_rpath_is_inherited_through_the_loader_chain(build: Build, base_config, cache) -> None:
+    exe = rpath_chain(build)
 
     closure = closure_of(exe, base_config, cache)
 
@@ -61,11 +67,8 @@ def test_rpath_is_inherited_through_the_loader_chain(build: Build, base_config, 
 def test_runpath_of_the_requester_disables_inherited_rpath(
     build: Build, base_config, cache
 ) -> None:
-    build.lib("c/libleaf.so")
     build.lib("d/libleaf.so")
-    build.lib("b/libmid.so", needed=["c/libleaf.so"], runpath=f"{build.root}/d")
-    build.lib("a/libtop.so", needed=["b/libmid.so"], rpath=f"{build.root}/b:{build.root}/c")
-    exe = build.exe("bin/app", needed=["a/libtop.so"], rpath=f"{build.root}/a")
+    exe = rpath_chain(build, runpath=f"{build.root}/d")
 
     closure = closure_of(exe, base_config, cache)
 
