@@ -12,6 +12,7 @@ import json
 import shutil
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 from repro_serving.builder import claims
 from repro_serving.builder.canonical import canonical_json
@@ -161,3 +162,14 @@ def sealer_version(root: Path) -> str | None:
     section = lock.get("bundle") if isinstance(lock, dict) else None
     version = section.get("repro_version") if isinstance(section, dict) else None
     return version if isinstance(version, str) else None
+
+
+def lock_edit(change: Callable[[dict[str, Any]], None]) -> Callable[[Path], None]:
+    """An edit of a bundle's files (for `resealed`) that changes its lock.json by `change`."""
+
+    def edit(root: Path) -> None:
+        lock = json.loads((root / bundle.LOCK).read_text())
+        change(lock)
+        (root / bundle.LOCK).write_text(json.dumps(lock))
+
+    return edit

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from bundle_assets import resealed
+from bundle_assets import lock_edit, resealed
 from conftest import REPO_ROOT, SERVE_VENV, TINY_MANIFEST
 
 from repro_serving.builder import tinymodel
@@ -250,15 +250,6 @@ def test_a_slower_run_than_the_one_that_happened_is_refused(
 LOCKED = "lock = the sealed manifest, observations and run"
 
 
-def _lock_edit(change: Callable[[dict[str, Any]], None]) -> Callable[[Path], None]:
-    def edit(root: Path) -> None:
-        lock = json.loads((root / bundle.LOCK).read_text())
-        change(lock)
-        (root / bundle.LOCK).write_text(json.dumps(lock))
-
-    return edit
-
-
 def _set(*path: str | int, value: object) -> Callable[[dict[str, Any]], None]:
     def change(lock: dict[str, Any]) -> None:
         target: Any = lock
@@ -318,7 +309,7 @@ def test_a_lock_that_disagrees_with_the_files_it_was_taken_from_is_refused(
     bundle_path: Path, tmp_path: Path, case: str
 ) -> None:
     change, claims = LOCK_EDITS[case]
-    report = verify(reseal(bundle_path, tmp_path, _lock_edit(change)), TRUSTED)
+    report = verify(reseal(bundle_path, tmp_path, lock_edit(change)), TRUSTED)
     assert report.findings == (), "the signature and every digest hold"
     assert failed_claims(report) == claims
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 import pytest
 from conftest import REPO_ROOT
@@ -83,17 +84,22 @@ def test_verify_host_predicts_the_kernels_of_each_kind_of_host(kind: str) -> Non
     assert "differ" in vllm.why and "cpu:" in vllm.why
 
 
+def restored(anchor: Path, capsys: pytest.CaptureFixture[str], *, action: str) -> dict[str, Any]:
+    """`repro restore` of the bundle against `anchor`, its --json document: it passed, and its
+    interpreter and model steps each took `action`."""
+    code = main(["restore", str(BUNDLE), "--key", str(PUBLIC), "--anchor", str(anchor), "--json"])
+    document: dict[str, Any] = assert_valid("restore", capsys.readouterr().out)
+    assert code == 0, document
+    steps = [(s["kind"], s["action"]) for s in document["steps"]]
+    assert steps == [("python", action), ("model", action)]
+    return document
+
+
 def test_restore_finds_everything_the_bundle_pins_in_place(
     capsys: pytest.CaptureFixture[str],
 ) -> None:
     """`make serve-env` restored it before the suite; restoring again does nothing."""
-    code = main(["restore", str(BUNDLE), "--key", str(PUBLIC), "--anchor", str(ANCHOR), "--json"])
-    document = assert_valid("restore", capsys.readouterr().out)
-    assert code == 0, document
-    assert [(s["kind"], s["action"]) for s in document["steps"]] == [
-        ("python", "already"),
-        ("model", "already"),
-    ]
+    document = restored(ANCHOR, capsys, action="already")
     assert document["changed"] is False
 
 
@@ -115,13 +121,7 @@ def test_restored_into_an_empty_directory_it_replays_here_or_launch_refuses(
     """The fresh-machine path: restore into a directory that holds nothing, then launch."""
     anchor = tmp_path / "fresh" / "manifests"
     anchor.mkdir(parents=True)
-    code = main(["restore", str(BUNDLE), "--key", str(PUBLIC), "--anchor", str(anchor), "--json"])
-    document = assert_valid("restore", capsys.readouterr().out)
-    assert code == 0, document
-    assert [(s["kind"], s["action"]) for s in document["steps"]] == [
-        ("python", "restored"),
-        ("model", "restored"),
-    ]
+    restored(anchor, capsys, action="restored")
     key = SigningKey.from_path(REPO_ROOT / "keys" / "example.key")
     runs = tmp_path / "runs"
     if not same_dispatch_here():

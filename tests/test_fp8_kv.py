@@ -146,19 +146,7 @@ def with_text(row: OracleRow, text: str) -> OracleRow:
 
 def teacher_of(rows: Sequence[OracleRow], rate: float = TEACHER_RATE) -> Teacher:
     """An FP8 teacher whose rows are `rows`' token ids and text hashes."""
-    return Teacher(
-        suite="laguna-s-2.1-realistic-cold-v1",
-        rows=tuple(
-            TeacherRow(
-                prompt_id=row.prompt_id,
-                prompt_index=row.prompt_index,
-                token_ids=row.token_ids,
-                text_sha256=row.text_sha256,
-            )
-            for row in rows
-        ),
-        conventional_tok_s=rate,
-    )
+    return Teacher.of_rows("laguna-s-2.1-realistic-cold-v1", rows, rate)
 
 
 def slower(rows: Sequence[OracleRow], factor: float) -> tuple[OracleRow, ...]:

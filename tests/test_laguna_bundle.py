@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from bundle_assets import resealed
+from bundle_assets import lock_edit, resealed
 from schemas import assert_valid
 
 from repro_serving.builder.build import BuildRefused, build
@@ -208,15 +208,6 @@ def test_evidence_changed_before_sealing_fails_the_claim_it_backs(
     assert failed(report) == [*claims, CHECKSUMS, LOCKED, README]
 
 
-def _lock(change: Callable[[dict[str, Any]], None]) -> Callable[[Path], None]:
-    def edit(root: Path) -> None:
-        lock = json.loads((root / bundle.LOCK).read_text())
-        change(lock)
-        (root / bundle.LOCK).write_text(json.dumps(lock))
-
-    return edit
-
-
 def _eight_other_cards(lock: dict[str, Any]) -> None:
     card = lock["host"]["facts"]["accelerators"][0]
     lock["host"]["facts"]["accelerators"] = [
@@ -254,7 +245,7 @@ LOCK_LIES = {
 def test_a_lock_that_lies_about_a_declared_value_is_refused(tmp_path: Path, case: str) -> None:
     """Declared values are not checked against the world, but they are the sealed files':
     a lock that says otherwise is refused, never printed as if it were the record's."""
-    report = verify(reseal(tmp_path, _lock(LOCK_LIES[case])), TRUSTED)
+    report = verify(reseal(tmp_path, lock_edit(LOCK_LIES[case])), TRUSTED)
     assert report.findings == ()
     assert failed(report) == [LOCKED, README]
     lock_check = next(c for c in report.checks if c.claim == LOCKED)
