@@ -20,7 +20,7 @@ The rules, each for a reason:
   locale, DO_NOT_TRACK, and the search paths LD_LIBRARY_PATH and PYTHONPATH (each pointed out
   to the reviewer). A variable named like a secret (TOKEN, KEY, SECRET, PASSWORD, ...) is
   never kept, whatever its prefix; PATH, HOME and TMPDIR are each start's own
-  (`launch.spec.RUN_PRIVATE_ENV`); LD_PRELOAD and LD_AUDIT are never launched with (the
+  (`documents.rundir.RUN_PRIVATE_ENV`); LD_PRELOAD and LD_AUDIT are never launched with (the
   preloads the stack sets for its own children go to `native.preload`). What is left out is
   listed by name with its reason, never with its value.
 - A local model directory of repro's own generator is named as the generator names it; any
@@ -63,6 +63,7 @@ from repro_serving.builder.documents.manifest import (
     placeholder_path,
 )
 from repro_serving.builder.documents.python import normalize
+from repro_serving.builder.documents.rundir import RUN_PRIVATE_ENV
 from repro_serving.builder.drift import Drift
 from repro_serving.builder.native.dispatch import DispatchKind
 from repro_serving.builder.native.kernels import KernelSet
@@ -74,7 +75,6 @@ from repro_serving.builder.vllmlog import (
     flag_name,
     flag_value,
 )
-from repro_serving.launch.spec import RUN_PRIVATE_ENV
 
 SERVING_PACKAGES: Final = ("vllm", "torch", "transformers", "tokenizers")
 """Top-level packages whose distributions are pinned: what serves, computes and tokenizes."""

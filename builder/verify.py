@@ -72,6 +72,7 @@ from repro_serving.builder.documents.rundir import (
     REPLAY_FILE,
     ROWS_FILE,
     RUN_FILE,
+    RUN_PRIVATE_ENV,
     SERVER_FILE,
     TEARDOWN_FILE,
     VERDICTS_FILE,
@@ -107,7 +108,6 @@ from repro_serving.launch.gates import (
     run_evidence,
     server_log_verdict,
 )
-from repro_serving.launch.spec import RUN_PRIVATE_ENV
 
 _FIRST_ROWS: Final = f"{bundle.EVIDENCE_DIR}/{start_name(1)}/{ROWS_FILE}"
 """Start 1's rows, as a claim names them."""

@@ -43,7 +43,6 @@ from repro_serving.builder.documents.manifest import (
 from repro_serving.builder.documents.rundir import LOG_FILE, METRICS_AFTER, METRICS_BEFORE
 from repro_serving.builder.drift import Drift
 from repro_serving.builder.errors import BadInput
-from repro_serving.builder.patterns import compile_pattern
 from repro_serving.launch import gatetext
 from repro_serving.launch.latency import Distribution, Latency, LoadFigures, latency, stalls
 from repro_serving.launch.metrics import delta, samples
@@ -243,6 +242,8 @@ def marker_counts(marker: LogMarker, lines: Iterable[str]) -> Counter[str]:
     """Lines matching the marker, by rank label (`(no rank)` for a line without one), or all
     under the marker's name when it counts over the whole log. Both patterns run on RE2
     (`builder.patterns`): linear in each line, whatever the manifest declares."""
+    from repro_serving.builder.patterns import compile_pattern  # RE2, for a manifest with markers
+
     where = f"log marker {marker.name}"
     pattern = compile_pattern(marker.pattern, where=f"{where}: pattern")
     ranks = None
@@ -288,6 +289,8 @@ def log_marker(marker: LogMarker, log_text: str) -> Verdict:
 def forbidden_log_patterns(patterns: Sequence[str], log_text: str) -> Verdict:
     """No log line matches any forbidden pattern (a fallback path ran); the patterns run on RE2
     (`builder.patterns`), linear in each line."""
+    from repro_serving.builder.patterns import compile_pattern  # RE2, where patterns are given
+
     lines = log_lines(log_text)
     hits: dict[str, list[str]] = {}
     for index, pattern in enumerate(patterns):

@@ -176,20 +176,34 @@ def _of(sample: str, family: str, kind: str) -> bool:
 
 
 def samples(text: str, source: str) -> Samples:
-    """Every sample of `text` by name and label set; `source` names the text in errors."""
-    found: dict[str, dict[LabelSet, float]] = defaultdict(dict)
-    for family in families(text, source):
+    """Every sample of `text` by name and label set; `source` names the text in errors. Read
+    once per text, as `families` is."""
+    families(text, source)  # a text that does not parse, refused naming `source`
+    found, twice = _samples(text)
+    if twice is not None:
+        name, labels = twice
+        raise MetricsUnreadable(
+            "a sample appears twice",
+            where=f"{source}, {name}{_show_labels(labels)}",
+            expected="each name and label set once",
+            found="two values",
+        )
+    return found
+
+
+@functools.lru_cache(maxsize=32)
+def _samples(text: str) -> tuple[Samples, tuple[str, LabelSet] | None]:
+    """The samples of a text that parses, or the first name and label set it gives twice."""
+    found: dict[str, dict[LabelSet, float]] = {}
+    parsed = _parsed(text)
+    for family in () if isinstance(parsed, str) else parsed:
         for sample in family.samples:
             labels: LabelSet = frozenset(sample.labels.items())
-            if labels in found[sample.name]:
-                raise MetricsUnreadable(
-                    "a sample appears twice",
-                    where=f"{source}, {sample.name}{_show_labels(labels)}",
-                    expected="each name and label set once",
-                    found="two values",
-                )
-            found[sample.name][labels] = sample.value
-    return found
+            values = found.setdefault(sample.name, {})
+            if labels in values:
+                return {}, (sample.name, labels)
+            values[labels] = sample.value
+    return found, None
 
 
 def counter_deltas(

@@ -12,14 +12,10 @@ import dataclasses
 import tempfile
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Final
 
 from repro_serving.builder.documents.manifest import Manifest, expand
 from repro_serving.builder.documents.rundir import LOG_FILE
 from repro_serving.builder.placeholders import path_values
-
-RUN_PRIVATE_ENV: Final = frozenset({"PATH", "HOME", "TMPDIR"})
-"""What a start's environment holds of its own beside the manifest's variables."""
 
 
 @dataclasses.dataclass(frozen=True)

@@ -78,6 +78,10 @@ HOME and TMPDIR."""
 LOAD_EVIDENCE: Final = (ROWS_FILE, METRICS_AFTER)
 """What of a load's directory is evidence: its rows and the `/metrics` read after it."""
 
+RUN_PRIVATE_ENV: Final = frozenset({"PATH", "HOME", "TMPDIR"})
+"""What a start's environment holds of its own beside the manifest's variables (`launch.spec`):
+its PATH, and the HOME and TMPDIR made for it in its start's directory."""
+
 RANK_EVIDENCE: Final = (LOG_FILE, TEARDOWN_FILE)
 """What of a rank's directory (rank 1.. of a stack served across nodes) is evidence, beside
 its audit/."""

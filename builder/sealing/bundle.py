@@ -83,7 +83,8 @@ def path_problem(path: str) -> str | None:
         return "an absolute path"
     if "\\" in path:
         return "a backslash"
-    hidden = next((char for char in path if _hidden_kind(char) is not None), None)
+    readable = path.isascii() and path.isprintable()  # no character to look at one by one
+    hidden = None if readable else next((c for c in path if _hidden_kind(c) is not None), None)
     if hidden is not None:
         return f"{_hidden_kind(hidden)} U+{ord(hidden):04X}"
     try:
