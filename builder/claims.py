@@ -8,7 +8,7 @@ import contextlib
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Final
+from typing import TYPE_CHECKING, Final
 
 from repro_serving.builder.canonical import canonical_json
 from repro_serving.builder.documents.audit import ProcessEvidence
@@ -25,13 +25,15 @@ from repro_serving.builder.documents.lock import (
     ThroughputClaim,
 )
 from repro_serving.builder.documents.manifest import Manifest, Suite, placeholder_path
-from repro_serving.builder.documents.nodes import NodesDocument
 from repro_serving.builder.hashing import sha256_bytes, sha256_file
 from repro_serving.builder.native.dispatch import DispatchKind, HostCapabilities, predict
 from repro_serving.builder.native.kernels import KernelSet
 from repro_serving.builder.native.modules import is_module_file
 from repro_serving.builder.sealing.statement import repro_version
 from repro_serving.launch.throughput import UnmeasurableRow, measure
+
+if TYPE_CHECKING:  # a stack served across nodes only: read where one is
+    from repro_serving.builder.documents.nodes import NodesDocument
 
 BUILT_EVIDENCE: Final = {
     "host": EvidenceClass.LIVE,

@@ -19,7 +19,7 @@ import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Final, TypeVar
+from typing import TYPE_CHECKING, Final, TypeVar
 
 from repro_serving.builder.claims import (
     ClaimCheck,
@@ -53,7 +53,6 @@ from repro_serving.builder.documents.lock import (
     ThroughputClaim,
 )
 from repro_serving.builder.documents.manifest import Load, expand
-from repro_serving.builder.documents.nodes import NodesDocument
 from repro_serving.builder.documents.observations import (
     OBSERVATIONS_FILE,
     Observations,
@@ -108,6 +107,9 @@ from repro_serving.launch.gates import (
     run_evidence,
     server_log_verdict,
 )
+
+if TYPE_CHECKING:  # a stack served across nodes only: read where one is
+    from repro_serving.builder.documents.nodes import NodesDocument
 
 _FIRST_ROWS: Final = f"{bundle.EVIDENCE_DIR}/{start_name(1)}/{ROWS_FILE}"
 """Start 1's rows, as a claim names them."""

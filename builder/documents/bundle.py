@@ -7,7 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
-from typing import Self
+from typing import TYPE_CHECKING, Self
 
 from repro_serving.builder.documents import read_document, read_sealed
 from repro_serving.builder.documents.audit import AuditDocument, AuditDrifts
@@ -15,7 +15,6 @@ from repro_serving.builder.documents.evidence import OracleRow, Rows, RunDocumen
 from repro_serving.builder.documents.host import HostFacts
 from repro_serving.builder.documents.lock import Lock
 from repro_serving.builder.documents.manifest import Manifest, Suite
-from repro_serving.builder.documents.nodes import NodesDocument
 from repro_serving.builder.documents.observations import OBSERVATIONS_FILE, ObservationsDocument
 from repro_serving.builder.documents.probes import DISPATCH_FILE
 from repro_serving.builder.documents.rundir import (
@@ -42,6 +41,9 @@ from repro_serving.builder.sealing.bundle import (
     SUITE_FILE,
     TEACHER_FILE,
 )
+
+if TYPE_CHECKING:  # a stack served across nodes only: read where one is
+    from repro_serving.builder.documents.nodes import NodesDocument
 
 
 def sealed_evidence(manifest: Manifest, *, replayed: bool) -> set[str]:
@@ -100,6 +102,11 @@ class OpenedBundle:
         return self.path / KERNEL_SETS_DIR
 
     def kernel_sets(self) -> tuple[KernelSet, ...]:
+        return self._kernel_sets
+
+    @cached_property
+    def _kernel_sets(self) -> tuple[KernelSet, ...]:
+        """Read once: each start's audit, the dispatch and the markers are judged by them."""
         return tuple(KernelSet.load(n, self.kernels) for n in self.manifest.native.kernel_sets)
 
     def teacher_bytes(self) -> bytes:
@@ -122,6 +129,8 @@ class OpenedBundle:
         if not self.manifest.clustered:
             return None
         path = self.evidence(NODES_FILE)
+        from repro_serving.builder.documents.nodes import NodesDocument
+
         return NodesDocument.from_bytes(read_sealed(path, what="the nodes' facts"), where=str(path))
 
     def host(self, rank: int) -> HostFacts | None:

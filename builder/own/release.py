@@ -128,9 +128,11 @@ def _public(version: str) -> str:
     return version.split("+", 1)[0]
 
 
+@functools.cache
 def source_tree() -> Path | None:
     """The directory holding the pyproject.toml of the repro that runs (a checkout); None for a
-    repro installed from a wheel, which has none."""
+    repro installed from a wheel, which has none. Asked once: the code this process runs came
+    from one place."""
     import repro_serving
 
     # a checkout's repro_serving/ is a folder of the source tree, beside pyproject.toml
