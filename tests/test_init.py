@@ -603,8 +603,14 @@ def test_no_process_on_the_port_is_refused_as_not_observable(
 
 @pytest.fixture
 def sleeper() -> Iterator[int]:
+    """A running `sleep 300`: its command line is there to read before the test reads it (a
+    loaded machine can show a just-spawned process's as empty)."""
     process = subprocess.Popen(["sleep", "300"])
     try:
+        deadline = time.monotonic() + 20
+        while not Path(f"/proc/{process.pid}/cmdline").read_bytes():
+            assert time.monotonic() < deadline, "sleep did not start"
+            time.sleep(0.01)
         yield process.pid
     finally:
         process.kill()
