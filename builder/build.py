@@ -49,9 +49,7 @@ from repro_serving.builder.documents.observations import (
     drifts,
 )
 from repro_serving.builder.documents.probes import DISPATCH_FILE
-from repro_serving.builder.documents.rundir import (
-    NODES_FILE,
-)
+from repro_serving.builder.documents.rundir import NODES_FILE
 from repro_serving.builder.drift import Drift, DriftKind
 from repro_serving.builder.errors import BadInput, ReproError
 from repro_serving.builder.handoff.launcher import HELPER_SOURCE, LAUNCHER_SOURCE
