@@ -606,7 +606,7 @@ def _consistency_checks(sealed: JudgedBundle) -> list[ClaimCheck]:
     starts = []
     for start in range(1, manifest.oracle.gates.fresh_starts + 1):
         served = _served(sealed, start)
-        for load, rows_name, before_name, after_name in phases(start_name(start), tuple(loads)):
+        for load, rows_name, before_name, after_name in phases(start, tuple(loads)):
             rows = sealed.rows(start, load)
             starts.append((f"{bundle.EVIDENCE_DIR}/{rows_name}", rows))
             checks.append(
@@ -704,7 +704,7 @@ def _phase_check(
     )
     problems = list(found.problems)
     problems += consistency.load_problems(load, rows, where=rows_name)
-    before, after = _text(sealed.evidence(names[1])), _text(sealed.evidence(names[2]))
+    before, after = sealed.evidence_text(names[1]), sealed.evidence_text(names[2])
     if before is None or after is None:
         missing = " and ".join(
             n for n, t in ((before_name, before), (after_name, after)) if t is None
@@ -1190,13 +1190,6 @@ def recompute_verdicts(sealed: JudgedBundle) -> tuple[Verdict, ...]:
                 server_log_verdict(start, log, teardown.log_bytes, answered=answered, rank=rank)
             )
     return (*verdicts, *audits, *logs)
-
-
-def _text(path: Path) -> str | None:
-    """Sealed evidence as the run read it: bytes decoded with replacement; None when absent."""
-    if not path.is_file():
-        return None
-    return read_sealed(path, what="sealed evidence").decode(errors="replace")
 
 
 def _observations_check(sealed: JudgedBundle) -> ClaimCheck:

@@ -193,10 +193,10 @@ def samples(text: str, source: str) -> Samples:
 
 @functools.lru_cache(maxsize=32)
 def _samples(text: str) -> tuple[Samples, tuple[str, LabelSet] | None]:
-    """The samples of a text that parses, or the first name and label set it gives twice."""
+    """The samples of a text `families` has read, or the first name and label set it gives
+    twice."""
     found: dict[str, dict[LabelSet, float]] = {}
-    parsed = _parsed(text)
-    for family in () if isinstance(parsed, str) else parsed:
+    for family in families(text, "a text already read"):
         for sample in family.samples:
             labels: LabelSet = frozenset(sample.labels.items())
             values = found.setdefault(sample.name, {})

@@ -62,6 +62,7 @@ from repro_serving.builder.documents.rundir import (
     RunDirectory,
     RunStatus,
     load_name,
+    phase_name,
     rank_dir,
 )
 from repro_serving.builder.errors import BadInput, ExitCode, ReproError
@@ -433,7 +434,7 @@ def _ask_load(
         directory.write_rows(record.start, rows, load.name)
     with _timed(record, "metrics"):
         after = oracle.read_metrics(client)
-        directory.write_text(record.directory / load_name(load.name) / METRICS_AFTER, after)
+        directory.write_text(f"{phase_name(record.start, load.name)}/{METRICS_AFTER}", after)
     rate = LoadFigures.of(rows).aggregate_tok_s
     shown = "no aggregate rate" if rate is None else f"{rate:.1f} tok/s aggregate"
     line = f"load {load.name} ({load.shape}): {len(rows)} requests, {shown}"

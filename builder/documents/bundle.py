@@ -25,7 +25,7 @@ from repro_serving.builder.documents.rundir import (
     ROWS_FILE,
     RUN_FILE,
     evidence_names,
-    load_name,
+    phase_name,
     start_name,
 )
 from repro_serving.builder.drift import Drift
@@ -148,28 +148,24 @@ class OpenedBundle:
     def start_file(self, start: int, name: str, rank: int = 0) -> Path:
         return self.start(start, rank) / name
 
-    def start_text(self, start: int, name: str) -> str | None:
-        """A sealed file of `start` as the run read it: decoded with replacement; None when it
-        is not sealed (the content check refuses that)."""
-        path = self.start_file(start, name)
+    def evidence_text(self, relative: str) -> str | None:
+        """A sealed evidence file (by its path under evidence/) as the run read it: decoded with
+        replacement; None when it is not sealed (the content check refuses that)."""
+        path = self.evidence(relative)
         if not path.is_file():
             return None
         return read_sealed(path, what="sealed evidence").decode(errors="replace")
 
-    def load_file(self, start: int, load: str, name: str) -> Path:
-        """A file of load `load`'s evidence in start `start` (`oracle.gates.loads`)."""
-        return self.start(start) / load_name(load) / name
+    def start_text(self, start: int, name: str) -> str | None:
+        """A sealed file of `start`'s, as `evidence_text` reads it."""
+        return self.evidence_text(f"{start_name(start)}/{name}")
 
     def rows(self, start: int, load: str | None = None) -> tuple[OracleRow, ...]:
         """The sealed rows of start `start`'s suite, or of its load `load`: read once, however
         many claims judge them."""
         key = (start, load)
         if key not in self._rows:
-            path = (
-                self.start_file(start, ROWS_FILE)
-                if load is None
-                else self.load_file(start, load, ROWS_FILE)
-            )
+            path = self.evidence(f"{phase_name(start, load)}/{ROWS_FILE}")
             if not path.is_file():
                 raise BadInput("sealed evidence is missing", where=str(path))
             self._rows[key] = read_document(Rows, path, what="the sealed rows").root

@@ -99,15 +99,21 @@ def load_name(load: str) -> str:
     return f"load-{load}"
 
 
-def phases(start: str, loads: Sequence[str]) -> list[tuple[str | None, str, str, str]]:
-    """Each phase of start directory `start` asked of the server, in order: (None for the
-    suite or the load's name, its rows, the `/metrics` read before it, the read after it), by
-    path in the run directory. A load's read before is the phase before's read after: the
-    client asked nothing between them."""
+def phase_name(start: int, load: str | None = None) -> str:
+    """The directory of one phase of start `start` relative to its run: the start's own for its
+    suite (`start-2`), its load's for load `load` (`start-2/load-c4`)."""
+    return start_name(start) + ("" if load is None else f"/{load_name(load)}")
+
+
+def phases(start: int, loads: Sequence[str]) -> list[tuple[str | None, str, str, str]]:
+    """Each phase of start `start` asked of the server, in order: (None for the suite or the
+    load's name, its rows, the `/metrics` read before it, the read after it), by path in the
+    run directory. A load's read before is the phase before's read after: the client asked
+    nothing between them."""
     found: list[tuple[str | None, str, str, str]] = []
-    before = f"{start}/{METRICS_BEFORE}"
+    before = f"{start_name(start)}/{METRICS_BEFORE}"
     for load in (None, *loads):
-        at = start if load is None else f"{start}/{load_name(load)}"
+        at = phase_name(start, load)
         after = f"{at}/{METRICS_AFTER}"
         found.append((load, f"{at}/{ROWS_FILE}", before, after))
         before = after
@@ -135,7 +141,7 @@ def evidence_names(
     for number in range(1, starts + 1):
         start = start_name(number)
         names |= {f"{start}/{name}" for name in START_EVIDENCE}
-        names |= {f"{start}/{load_name(load)}/{name}" for load in loads for name in LOAD_EVIDENCE}
+        names |= {f"{phase_name(number, load)}/{n}" for load in loads for n in LOAD_EVIDENCE}
         names |= _audit_names(start, roles)
         for rank, rank_roles in (ranks or {}).items():
             at = start_name(number, rank)
@@ -213,13 +219,12 @@ class RunDirectory:
 
     def write_rows(self, start: int, rows: Sequence[OracleRow], load: str | None = None) -> Path:
         """The suite's rows of `start`, or those of its load `load`."""
-        at = Path(start_name(start)) if load is None else Path(start_name(start), load_name(load))
-        return self.write_json(at / ROWS_FILE, [row.model_dump(mode="json") for row in rows])
+        rows_file = f"{phase_name(start, load)}/{ROWS_FILE}"
+        return self.write_json(rows_file, [row.model_dump(mode="json") for row in rows])
 
     def rows(self, start: int, load: str | None = None) -> tuple[OracleRow, ...]:
         """The rows `write_rows` wrote of `start` (or of its load `load`)."""
-        at = self.start_dir(start) if load is None else self.start_dir(start) / load_name(load)
-        return read_rows(at / ROWS_FILE)
+        return read_rows(self.root / phase_name(start, load) / ROWS_FILE)
 
     def start_text(self, start: int, name: str) -> str | None:
         """A file of `start` as text, decoded with replacement; None when the run did not get

@@ -38,6 +38,7 @@ from pydantic import (
 from repro_serving.builder.documents import validate_document
 from repro_serving.builder.documents.manifest import (
     PATH_PLACEHOLDERS,
+    GitCommit,
     LogMarker,
     Sha256,
     expand,
@@ -98,7 +99,6 @@ class Platform(_Frozen):
     path segment, `**` any number of segments."""
 
 
-GitCommit = Annotated[str, StringConstraints(pattern=r"^[0-9a-f]{40}$")]
 ModuleName = Annotated[
     str, StringConstraints(pattern=r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*$")
 ]

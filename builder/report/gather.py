@@ -146,12 +146,15 @@ def _read(path: Path) -> _Sealed:
     starts = tuple(
         (f"start {n}", opened.rows(n)) for n in range(1, manifest.oracle.gates.fresh_starts + 1)
     )
-    before = opened.start_file(1, METRICS_BEFORE)
-    after = opened.start_file(1, METRICS_AFTER)
+    before = opened.start_text(1, METRICS_BEFORE)
+    after = opened.start_text(1, METRICS_AFTER)
     delta = None
-    if before.is_file() and after.is_file():
+    if before is not None and after is not None:
         delta = metrics.delta(
-            _text(before), _text(after), before_source=str(before), after_source=str(after)
+            before,
+            after,
+            before_source=str(opened.start_file(1, METRICS_BEFORE)),
+            after_source=str(opened.start_file(1, METRICS_AFTER)),
         )
     return _Sealed(
         opened=opened,
@@ -178,11 +181,6 @@ def _read_imported(opened: JudgedBundle) -> _Sealed:
         metrics=record.metrics,
         sealed_rate=imported.conventional_rate(manifest, record),
     )
-
-
-def _text(path: Path) -> str:
-    """Sealed evidence as the run read it: decoded with replacement (`verify` reads it so)."""
-    return read_sealed(path, what="sealed evidence").decode(errors="replace")
 
 
 # --- the sections -----------------------------------------------------------------------------
