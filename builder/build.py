@@ -22,6 +22,7 @@ from repro_serving.builder.claims import (
     bundle_claim,
     dispatch_claims,
     environments_claim,
+    jit_claim,
     modules_claim,
     node_claims,
     oracle_claim,
@@ -262,6 +263,7 @@ def _build_live(
         teacher_sha256=sha256_file(teacher_path),
         dispatch=dispatch.claims,
         artifacts=artifacts,
+        kernel_sets=kernel_sets,
         nodes=nodes,
     )
     say("sealing")
@@ -377,6 +379,7 @@ def assemble_lock(
     teacher_sha256: str,
     dispatch: tuple[DispatchClaim, ...],
     artifacts: ArtifactFacts,
+    kernel_sets: Sequence[KernelSet],
     manifest_sha256: str | None = None,
     nodes: tuple[NodeClaim, ...] = (),
 ) -> Lock:
@@ -384,7 +387,8 @@ def assemble_lock(
     unless given (a replay's manifest is the bundle's sealed copy, wherever the build read it)."""
     values = observed.values
     audit = _first_audit(record)
-    roles = roles_claim(audit, values)
+    platforms = [kernel_set.platform for kernel_set in kernel_sets]
+    roles = roles_claim(audit, values, platforms=platforms)
     return Lock(
         bundle=bundle_claim(manifest, manifest_source, manifest_sha256=manifest_sha256),
         host=HostClaim(
@@ -420,6 +424,7 @@ def assemble_lock(
             kernel_sets=manifest.native.kernel_sets,
             modules=modules_claim(manifest.native.modules, roles, dispatch),
             roles=roles,
+            jit=jit_claim(audit, platforms=platforms),
             environments=environments_claim(audit, values),
             dispatch=dispatch,
         ),
@@ -457,7 +462,9 @@ def live_dispatch(
         manifest.native.modules,
         host=observed.host.capabilities(),
         env=manifest.launch.env_for(record.plan.profile),
-        roles=roles_claim(audit, observed.values),
+        roles=roles_claim(
+            audit, observed.values, platforms=[kernel_set.platform for kernel_set in kernel_sets]
+        ),
         probes=probes,
     )
 

@@ -5,6 +5,7 @@ exactly what a builder sealed."""
 from __future__ import annotations
 
 import contextlib
+import posixpath
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -17,6 +18,7 @@ from repro_serving.builder.documents.lock import (
     BundleClaim,
     DispatchClaim,
     EvidenceClass,
+    JitFiles,
     Lock,
     MappedObject,
     NodeClaim,
@@ -27,8 +29,9 @@ from repro_serving.builder.documents.lock import (
 from repro_serving.builder.documents.manifest import Manifest, Suite, placeholder_path
 from repro_serving.builder.hashing import sha256_bytes, sha256_file
 from repro_serving.builder.native.dispatch import DispatchKind, HostCapabilities, predict
-from repro_serving.builder.native.kernels import KernelSet
+from repro_serving.builder.native.kernels import KernelSet, Platform, jit_place
 from repro_serving.builder.native.modules import is_module_file
+from repro_serving.builder.native.rules import inherited_environments
 from repro_serving.builder.sealing.statement import repro_version
 from repro_serving.launch.throughput import UnmeasurableRow, measure
 
@@ -155,13 +158,20 @@ def row_claim(row: OracleRow) -> OracleRowClaim:
 
 
 def roles_claim(
-    processes: Sequence[ProcessEvidence], values: Mapping[str, str]
+    processes: Sequence[ProcessEvidence],
+    values: Mapping[str, str],
+    *,
+    platforms: Sequence[Platform],
 ) -> dict[str, tuple[MappedObject, ...]]:
-    """Every ELF each role's processes mapped, in placeholder form, one entry per path: from
-    the live audit (`native.auditreport.audit_document`) or from its sealed evidence, read alike."""
+    """Every ELF each role's processes mapped, in placeholder form, one entry per path, but for
+    what they compiled at run time into the `platforms`' JIT places (`jit_claim`): from the live
+    audit (`native.auditreport.audit_document`) or from its sealed evidence, read alike."""
+    compiled = _jit_places(processes, platforms)
     roles: dict[str, dict[str, MappedObject]] = {}
     for process in processes:
         for obj in process.objects:
+            if (process.pid, obj.path) in compiled:
+                continue
             path = placeholder_path(obj.path, values)
             requester = placeholder_path(obj.requester, values) if obj.requester else None
             entry = MappedObject(
@@ -170,6 +180,46 @@ def roles_claim(
             )  # fmt: skip
             roles.setdefault(process.role, {}).setdefault(path, entry)
     return {role: tuple(entries[p] for p in sorted(entries)) for role, entries in roles.items()}
+
+
+def jit_claim(
+    processes: Sequence[ProcessEvidence], *, platforms: Sequence[Platform]
+) -> dict[str, tuple[JitFiles, ...]]:
+    """Each role's files compiled at run time, counted by the JIT place they lie in and their
+    name (`documents.lock.JitFiles`): two fresh starts of one stack compile them to other paths
+    (vLLM's compile cache is keyed by its environment, HOME among it), not always to the same
+    bytes."""
+    compiled = _jit_places(processes, platforms)
+    found: dict[str, dict[tuple[str, str], set[str]]] = {}
+    for process in processes:
+        for obj in process.objects:
+            place = compiled.get((process.pid, obj.path))
+            if place is not None:
+                key = (place, posixpath.basename(obj.path))
+                found.setdefault(process.role, {}).setdefault(key, set()).add(obj.path)
+    return {
+        role: tuple(
+            JitFiles(place=place, name=name, files=len(paths))
+            for (place, name), paths in sorted(files.items())
+        )
+        for role, files in found.items()
+    }
+
+
+def _jit_places(
+    processes: Sequence[ProcessEvidence], platforms: Sequence[Platform]
+) -> dict[tuple[int, str], str]:
+    """(pid, path) → the JIT glob it matched, for every mapping of a JIT place of `platforms`,
+    each process's places as it inherited them (`rules.inherited_environments`)."""
+    places = inherited_environments((p.pid, p.ppid, p.environ) for p in processes)
+    compiled = {}
+    for process in processes:
+        for obj in process.objects:
+            found = (jit_place(obj.path, p, places[process.pid]) for p in platforms)
+            place = next((place for place in found if place is not None), None)
+            if place is not None:
+                compiled[(process.pid, obj.path)] = place
+    return compiled
 
 
 def modules_claim(
@@ -318,7 +368,8 @@ def node_claims(
             for name, value in sorted(node.forbidden.items())
         ]
         processes = audits.get(declared.rank, ())
-        roles = roles_claim(processes, values)
+        platforms = [kernel_set.platform for kernel_set in kernel_sets]
+        roles = roles_claim(processes, values, platforms=platforms)
         env = manifest.node_env(declared.rank, profile)
         dispatch = dispatch_claims(
             kernel_sets,
@@ -339,6 +390,7 @@ def node_claims(
                 argv=manifest.node_argv(declared.rank, profile),
                 env=env,
                 roles=roles,
+                jit=jit_claim(processes, platforms=platforms),
                 environments=environments_claim(processes, values),
                 dispatch=dispatch.claims,
             )

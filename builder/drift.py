@@ -19,6 +19,7 @@ class DriftKind(StrEnum):
     UNRESOLVED = "unresolved"
     DELETED_MAPPING = "deleted-mapping"
     FORBIDDEN_ENV = "forbidden-env"
+    ENVIRONMENT = "environment"
     UNREADABLE = "unreadable"
     PROCESS_ROLES = "process-roles"
     MODEL_FILE = "model-file"

@@ -117,6 +117,7 @@ def launch(
             teacher_sha256=sha256_file(teacher_path),
             dispatch=dispatch.claims,
             artifacts=artifacts,
+            kernel_sets=kernel_sets,
             manifest_sha256=sha256_file(path / bundle.MANIFEST),
             nodes=nodes,
         )

@@ -17,7 +17,7 @@ import itertools
 import posixpath
 import re
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Final, TypeVar
 
@@ -28,6 +28,7 @@ from repro_serving.builder.claims import (
     dispatch_claims,
     environments_claim,
     evidence_classes,
+    jit_claim,
     modules_claim,
     node_claims,
     oracle_claim,
@@ -83,6 +84,7 @@ from repro_serving.builder.errors import BadInput, ReproError
 from repro_serving.builder.freshstarts import StartEvidence, start_problems
 from repro_serving.builder.handoff.checks import handoff_checks
 from repro_serving.builder.hashing import sha256_bytes, sha256_file
+from repro_serving.builder.native.rules import Launched
 from repro_serving.builder.native.sealedaudit import Interpreter, manifest_policy, rejudge
 from repro_serving.builder.sealing import bundle
 from repro_serving.builder.sealing.bundle import SUITE_FILE, TEACHER_FILE
@@ -202,6 +204,17 @@ class JudgedBundle(OpenedBundle):
             self._audits[key] = self._judge_audit(start, rank)
         return self._audits[key]
 
+    def _launched(self, rank: int) -> Launched | None:
+        """The environment rank `rank`'s tree was started with (run.json's; a rank beyond 0:
+        the lock's environment of its node); None where that file cannot be read (its own stage
+        refuses it)."""
+        if rank:
+            node = next((n for n in self.lock.nodes if n.rank == rank), None)
+            env, where = (None if node is None else node.env), f"lock nodes[rank {rank}].env"
+        else:
+            env, where = _readable(lambda: self.run.env), "run.json env"
+        return None if env is None else Launched(env, where, RUN_PRIVATE_ENV)
+
     def _judge_audit(self, start: int, rank: int) -> SealedAudit:
         where = str((self.start(start, rank) / AUDIT_DIR).relative_to(self.path))
         drifts, documents = self.audit_documents(start, rank)
@@ -221,6 +234,7 @@ class JudgedBundle(OpenedBundle):
             facts = self.observations.python
             series = ".".join(facts.version.split(".")[:2]) if facts is not None else None
             interpreter = Interpreter(values["python"], values["python_prefix"], series)
+        policy = replace(policy, launched=self._launched(rank))
         found = rejudge(documents, policy, interpreter=interpreter, where=where)
         if documents and documents[0].drifts != drifts:
             found.insert(
@@ -796,11 +810,6 @@ def _audit_checks(sealed: JudgedBundle) -> list[ClaimCheck]:
             f"{d.kind.value} {d.subject}: expected {d.expected}, found {d.observed}"
             for d in audit.all_drifts
         ]
-        if rank == 0:
-            problems += _environment_problems(audit, sealed.run.env, "run.json env")
-        else:
-            node = next(n for n in sealed.lock.nodes if n.rank == rank)
-            problems += _environment_problems(audit, node.env, f"lock nodes[rank {rank}].env")
         root = _root(audit)
         if root is not None:
             problems += _private_problems(sealed.run.env, start, rank, root)
@@ -819,43 +828,8 @@ def _audit_checks(sealed: JudgedBundle) -> list[ClaimCheck]:
     return checks
 
 
-ADDED_BY_THE_STACK: Final = re.compile(r"^(VLLM_[A-Z0-9_]+|LD_PRELOAD|LD_LIBRARY_PATH)$")
-"""What a process of the stack may add for its children beyond the environment it was started
-with: vLLM's own settings, and the preload and library path the audit judges (the declared
-preloads, the allowed roots) and the lock pins by role. Every other variable the audit keeps
-(where Python imports from and how it runs, which code a kernel library or glibc selects, where
-runtime kernels are compiled) is the one the tree was started with."""
-
-
 def _root(audit: SealedAudit) -> ProcessEvidence | None:
     return next((p for p in audit.processes if p.pid == audit.root_pid), None)
-
-
-def _environment_problems(audit: SealedAudit, launched: Mapping[str, str], where: str) -> list[str]:
-    """The tree was started with `launched` (run.json's environment; a rank beyond 0: the lock's
-    environment of its node): the root holds exactly the variables the audit keeps of it
-    (`native.processes.LOADER_ENV`) but for the private HOME and temporary directory each start
-    has of its own (`_private_problems`); every process keeps each of them at its value, the
-    private ones at the root's, and adds none but `ADDED_BY_THE_STACK`. A process that renames
-    itself may have cleared some: one missing is not a drift."""
-    root = _root(audit)
-    own = {n: v for n, v in (root.environ if root else {}).items() if n in RUN_PRIVATE_ENV}
-    problems = []
-    for process in audit.processes:
-        for name, value in sorted(process.environ.items()):
-            if name in own and process is root:
-                continue
-            stated = own[name] if name in own else launched.get(name)
-            if stated == value or (
-                process is not root and stated is None and ADDED_BY_THE_STACK.match(name)
-            ):
-                continue
-            problems.append(
-                f"environment pid {process.pid} ({process.role}): {name}: expected "
-                + (f"{stated!r}" if stated is not None else "unset")
-                + f" ({'the root' if name in own else where}), found {value!r}"
-            )
-    return problems
 
 
 def _shared_private(root: ProcessEvidence, earlier: Mapping[str, ProcessEvidence]) -> list[str]:
@@ -961,22 +935,25 @@ def _log(sealed: JudgedBundle, start: int, rank: int) -> bytes:
 
 def _native_check(sealed: JudgedBundle) -> ClaimCheck:
     values = sealed.observations.values
+    platforms = [kernel_set.platform for kernel_set in sealed.kernel_sets()]
+    lock = sealed.lock.native
+
+    def same_as_lock(processes: Sequence[ProcessEvidence]) -> bool:
+        return (
+            roles_claim(processes, values, platforms=platforms) == lock.roles
+            and jit_claim(processes, platforms=platforms) == lock.jit
+            and environments_claim(processes, values) == lock.environments
+        )
+
     audit = sealed.audit(1)
     audit_drifts = audit.all_drifts
-    roles = roles_claim(audit.processes, values)
-    environments = environments_claim(audit.processes, values)
-    lock = sealed.lock.native
     count = sum(len(objects) for objects in lock.roles.values())
-    same = roles == lock.roles and environments == lock.environments
+    same = same_as_lock(audit.processes)
     # every later start maps what the lock says the stack maps, with the same environments
     others = [
         start
         for start in range(2, sealed.manifest.oracle.gates.fresh_starts + 1)
-        if (processes := sealed.audit(start).processes) is not None
-        and (
-            roles_claim(processes, values) != lock.roles
-            or environments_claim(processes, values) != lock.environments
-        )
+        if not same_as_lock(sealed.audit(start).processes)
     ]
     ok = same and not audit_drifts and not others
     detail = "" if ok else f"{len(audit_drifts)} audit drift(s); mappings equal: {same}"
@@ -985,7 +962,7 @@ def _native_check(sealed: JudgedBundle) -> ClaimCheck:
     return ClaimCheck(
         "native.roles (live audit of every process)",
         lock.evidence,
-        f"{len(roles)} roles, {count} mappings",
+        f"{len(lock.roles)} roles, {count} mappings",
         ok,
         detail,
     )

@@ -72,6 +72,7 @@ from repro_serving.builder.native.dispatch import HostCapabilities
 from repro_serving.builder.native.kernels import KERNELS_DIR, KernelSet, runtime_markers
 from repro_serving.builder.native.policy import judge_tree, observe_tree, policy_from_manifest
 from repro_serving.builder.native.processes import HashMemo
+from repro_serving.builder.native.rules import Launched
 from repro_serving.builder.observe.host import observe_host
 from repro_serving.builder.placeholders import path_values
 from repro_serving.launch import cluster as nodes
@@ -390,7 +391,7 @@ def _ready(run: _Run, record: StartRecord, server: lifecycle.RunningServer) -> N
 
 def _serve(run: _Run, record: StartRecord, server: lifecycle.RunningServer) -> None:
     with _timed(record, "audit"):
-        record.audit = _audit(run, record, server.pid)
+        record.audit = _audit(run, record, server.pid, server.spec.env)
     run.notify(Event("audited", record.start, _audit_line(record.audit), pid=server.pid))
     _ask(run, record, server.base_url, server.pid)
 
@@ -441,12 +442,15 @@ def _ask_load(
     run.notify(Event("load", record.start, line))
 
 
-def _audit(run: _Run, record: StartRecord, pid: int) -> AuditReport:
-    """The live audit of every process of the tree, one evidence file per role."""
+def _audit(run: _Run, record: StartRecord, pid: int, env: Mapping[str, str]) -> AuditReport:
+    """The live audit of every process of the tree started with `env`, one evidence file per
+    role."""
     manifest = run.plan.manifest
     tree = observe_tree(pid, show_progress=False, memo=run.memo)
     host = run.plan.host or observe_host().capabilities()
-    report = judge_tree(tree, policy_from_manifest(manifest, host, kernels=run.plan.kernels))
+    policy = policy_from_manifest(manifest, host, kernels=run.plan.kernels)
+    launched = Launched(env, f"the environment start {record.start} was launched with")
+    report = judge_tree(tree, dataclasses.replace(policy, launched=launched))
     _write_audit(run.directory, record.directory / AUDIT_DIR, report)
     return report
 

@@ -30,6 +30,7 @@ from repro_serving.builder.cli import main
 from repro_serving.builder.documents.audit import AuditDocument
 from repro_serving.builder.documents.manifest import Manifest
 from repro_serving.builder.documents.rundir import read_rows
+from repro_serving.builder.native.kernels import KernelSet
 from repro_serving.builder.vllmlog import (
     logged_argument_problems,
     logged_version_problems,
@@ -99,7 +100,9 @@ def _derive_lock_again(root: Path) -> None:
     lock = json.loads(lock_path.read_text())
     values = json.loads((root / "evidence" / "observations.json").read_text())["values"]
     processes = [p for document in _audit(root, 1) for p in document.processes]
-    roles = roles_claim(processes, values)
+    kernels = root / "kernels"
+    platforms = [KernelSet.load(n, kernels).platform for n in lock["native"]["kernel_sets"]]
+    roles = roles_claim(processes, values, platforms=platforms)
     lock["native"]["roles"] = {
         role: [o.model_dump(mode="json") for o in objects] for role, objects in roles.items()
     }

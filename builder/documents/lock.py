@@ -54,6 +54,21 @@ class _Claim(_Frozen):
     evidence: EvidenceClass
 
 
+class _OmitsEmpty(BaseModel):
+    """A model some of whose fields are written only when they hold something: a lock written
+    before they existed reads back as the same bytes, and the schema does not require them."""
+
+    OMITTED_WHEN_EMPTY: ClassVar[tuple[str, ...]] = ()
+
+    @model_serializer(mode="wrap")
+    def _omit_empty(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        document: dict[str, Any] = handler(self)
+        for name in self.OMITTED_WHEN_EMPTY:
+            if not getattr(self, name):
+                del document[name]
+        return document
+
+
 class BundleClaim(_Frozen):
     name: str
     description: str
@@ -227,6 +242,21 @@ class MappedObject(_Frozen):
     """The object whose need the loader resolved to this one (a dependency), placeholder form."""
 
 
+class JitFiles(_Frozen):
+    """The files of one name a process compiled at run time and mapped (Triton launchers, an
+    Inductor kernel), counted in the kernel set's JIT place they lie in. Each one's path and
+    bytes are in the sealed audit of its start, but neither is the same on two fresh starts:
+    the path holds the start's own HOME and the runtime's cache keys, and Triton's cuda_utils
+    built twice are not the same bytes."""
+
+    place: str
+    """The kernel set's JIT glob they matched (`{home}/.triton/cache/**`)."""
+    name: str
+    """Their file name."""
+    files: int
+    """How many distinct files of that name."""
+
+
 class DispatchClaim(_Frozen):
     """The code a host capability selected when the record ran (`builder.native.dispatch`)."""
 
@@ -243,12 +273,17 @@ class DispatchClaim(_Frozen):
     sha256: str | None = None
 
 
-class NativeClaim(_Claim):
+class NativeClaim(_Claim, _OmitsEmpty):
     kernel_sets: tuple[str, ...]
     modules: dict[str, str]
     """Declared extension module → the file a process mapped it from."""
     roles: dict[str, tuple[MappedObject, ...]]
-    """Process role → every ELF a process of that role mapped, in placeholder form."""
+    """Process role → every ELF a process of that role mapped, in placeholder form, but for
+    what it compiled at run time (`jit`)."""
+    jit: dict[str, tuple[JitFiles, ...]] = Field(default_factory=dict)
+    """Process role → every file a process of that role compiled at run time and mapped;
+    absent where none did."""
+    OMITTED_WHEN_EMPTY: ClassVar[tuple[str, ...]] = ("jit",)
     environments: dict[str, dict[str, str]] = Field(default_factory=dict)
     """Process role → the loader's variables it started with (LD_LIBRARY_PATH, LD_PRELOAD),
     each path element in placeholder form: vLLM and its imports set some for their children."""
@@ -312,7 +347,7 @@ class RecordClaim(_Claim):
     """Gate → pass, fail or n/a."""
 
 
-class NodeClaim(_Claim):
+class NodeClaim(_Claim, _OmitsEmpty):
     """One node of a stack served across nodes (`[[node]]`), as its Ray actor observed it and
     its rank's live audit of the first start found it."""
 
@@ -327,12 +362,15 @@ class NodeClaim(_Claim):
     """The manifest's variables of the rank's environment (beside PATH, HOME and TMPDIR)."""
     roles: dict[str, tuple[MappedObject, ...]]
     """Every ELF each role's processes mapped on that node, as `native.roles`."""
+    jit: dict[str, tuple[JitFiles, ...]] = Field(default_factory=dict)
+    """What they compiled at run time and mapped, as `native.jit`."""
+    OMITTED_WHEN_EMPTY: ClassVar[tuple[str, ...]] = ("jit",)
     environments: dict[str, dict[str, str]] = Field(default_factory=dict)
     dispatch: tuple[DispatchClaim, ...] = ()
     """Each choice of code on that node, from its host's facts, its audit and its probes."""
 
 
-class Lock(_Frozen):
+class Lock(_Frozen, _OmitsEmpty):
     schema_: Literal["repro.lock/v1"] = Field(default=LOCK_SCHEMA, alias="schema")
     bundle: BundleClaim
     host: HostClaim
@@ -362,16 +400,6 @@ class Lock(_Frozen):
         """The sections the lock writes: `nodes` only for a stack served across nodes."""
         empty = {name for name in self.OMITTED_WHEN_EMPTY if not getattr(self, name)}
         return tuple(name for name in type(self).model_fields if name not in empty)
-
-    @model_serializer(mode="wrap")
-    def _nodes_when_served_across_nodes(
-        self, handler: SerializerFunctionWrapHandler
-    ) -> dict[str, Any]:
-        document: dict[str, Any] = handler(self)
-        for name in self.OMITTED_WHEN_EMPTY:
-            if not getattr(self, name):
-                del document[name]
-        return document
 
     @classmethod
     def from_bytes(cls, data: bytes, *, where: str) -> Lock:

@@ -263,9 +263,9 @@ def classify(
     is that even when some other object happens to need it by name.
     """
     name = posixpath.basename(path)
-    for pattern in platform.jit:
-        if jit_matches(path, pattern, environ or {}):
-            return Category.JIT, f"jit {pattern}"
+    place = jit_place(path, platform, environ or {})
+    if place is not None:
+        return Category.JIT, f"jit {place}"
     if posixpath.dirname(path) in _roots(platform.driver_roots):
         for pattern in platform.driver_libraries:
             if fnmatch.fnmatchcase(name, pattern):
@@ -279,6 +279,11 @@ def classify(
         if _is_extension_module(path):
             return Category.DLOPEN, "python extension module"
     return Category.UNEXPECTED, f"{rule}: matches no entry of the platform set"
+
+
+def jit_place(path: str, platform: Platform, environ: Mapping[str, str]) -> str | None:
+    """The platform's JIT glob `path` lies in, for a process with `environ`; None if none."""
+    return next((p for p in platform.jit if jit_matches(path, p, environ)), None)
 
 
 def jit_directories(environ: Mapping[str, str]) -> dict[str, str]:

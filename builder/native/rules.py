@@ -35,6 +35,17 @@ DEFAULT_FORBIDDEN_ENV = ("LD_PRELOAD", "LD_AUDIT")
 
 
 @dataclass(frozen=True)
+class Launched:
+    """The environment a tree was started with, and where that is stated (`run.json env`)."""
+
+    env: Mapping[str, str]
+    where: str
+    private: frozenset[str] = frozenset()
+    """Variables each start holds of its own (its HOME and temporary directory), which `env`
+    states for another start: the root's value is taken as the tree's, and judged elsewhere."""
+
+
+@dataclass(frozen=True)
 class AuditPolicy:
     """What must hold of the tree: allowed roots (real paths), declared modules and roles."""
 
@@ -57,6 +68,9 @@ class AuditPolicy:
     declared module with one is expected as the variant `host` selects, and no other."""
     host: HostCapabilities | None = None
     """The facts of the host the tree runs on, for `dispatches`."""
+    launched: Launched | None = None
+    """The environment the tree was started with, where it is known (`environment_drifts`);
+    without it the root's own environment is what every other process inherited."""
 
     def predictions(self, env: Mapping[str, str]) -> dict[str, Prediction]:
         """The variant of each declared module that has a module dispatch, on `host`, for a
@@ -245,16 +259,70 @@ def tree_rule_drifts(
     root_pid: int,
     policy: AuditPolicy,
 ) -> list[Drift]:
-    """What the tree as a whole must hold, for a live audit and a sealed one alike: its mapped
-    ELFs (path and sha256) against the kernel sets' pins (`pin_drifts`), the declared modules
+    """What the tree as a whole must hold, for a live audit and a sealed one alike: each
+    process's environment against the one the tree was started with (`environment_drifts`), its
+    mapped ELFs (path and sha256) against the kernel sets' pins (`pin_drifts`), the declared modules
     mapped as the root's environment selects them (`module_drifts`), its processes by role
     (`role_drifts`)."""
     root = next((p for p in processes if p.pid == root_pid), None)
+    launched = policy.launched or Launched(root.environ if root else {}, "the root's environment")
     return [
+        *environment_drifts(processes, root_pid, launched),
         *pin_drifts(files, policy),
         *module_drifts([path for path, _ in files], root.environ if root else {}, policy),
         *role_drifts([p.role for p in processes], policy.roles),
     ]
+
+
+SET_BY_THE_STACK: Final = re.compile(r"^VLLM_[A-Z0-9_]+$")
+"""What a process of the stack may add for its children beyond the environment it was started
+with: vLLM's own settings (`VLLM_WORKER_MULTIPROC_METHOD`)."""
+
+JUDGED_BY_CONTENT: Final = ("LD_PRELOAD", "LD_LIBRARY_PATH")
+"""What a process of the stack may add or change for its children (opencv's cv2 prepends its
+own library directory to LD_LIBRARY_PATH when imported): `env_drifts` judges every entry of
+them in every process (a declared preload; a directory under the allowed roots or a driver
+root), and the loader emulation searches each process's own."""
+
+
+def environment_drifts(
+    processes: Sequence[TreeProcess], root_pid: int, launched: Launched
+) -> list[Drift]:
+    """Each process's environment against the one the tree was started with: the root holds
+    exactly the variables the audit keeps of it (`native.processes.LOADER_ENV`), `private` ones
+    at its own value; every other process keeps each at that value and adds or changes none but
+    `SET_BY_THE_STACK` (added) and `JUDGED_BY_CONTENT`. Every other variable the audit keeps
+    (where Python imports from and how it runs, which code a kernel library or glibc selects,
+    where run-time kernels are compiled) is the one the tree was started with. A process that
+    renames itself may have cleared some: one missing is not a drift."""
+    root = next((p for p in processes if p.pid == root_pid), None)
+    own = {n: v for n, v in (root.environ if root else {}).items() if n in launched.private}
+    drifts = []
+    for process in processes:
+        child = process is not root
+        for name, value in sorted(process.environ.items()):
+            if name in own and not child:
+                continue
+            stated = own[name] if name in own else launched.env.get(name)
+            if stated == value or (
+                child
+                and (
+                    name in JUDGED_BY_CONTENT
+                    or (stated is None and SET_BY_THE_STACK.match(name) is not None)
+                )
+            ):
+                continue
+            drifts.append(
+                Drift(
+                    kind=DriftKind.ENVIRONMENT,
+                    subject=f"pid {process.pid} ({process.role}): {name}",
+                    expected=("unset" if stated is None else repr(stated))
+                    + f" ({'the root' if name in own else launched.where})",
+                    observed=repr(value),
+                    why="a process runs with another environment than the tree was started with",
+                )
+            )
+    return drifts
 
 
 def pin_drifts(files: Iterable[tuple[str, str | None]], policy: AuditPolicy) -> list[Drift]:

@@ -235,7 +235,11 @@ def _native(sealed: _Sealed) -> Native:
         opened.manifest.native.modules,
         host=observations.host.capabilities(),
         env=lock.launch.env,
-        roles=roles_claim(audits[0][1].processes, observations.values),
+        roles=roles_claim(
+            audits[0][1].processes,
+            observations.values,
+            platforms=[kernel_set.platform for kernel_set in opened.kernel_sets()],
+        ),
         probes=probes.root,
     )
     return compute.native_live(lock, starts, found.claims, found.disagreements)
