@@ -10,6 +10,8 @@
 #   device.sh install                bench/gpu/install.sh /root/stage; the tiny model
 #   device.sh smoke OUT              bench/gpu/smoke.py: one start by hand, audited
 #   device.sh build OUT              repro build + verify of manifests/tiny-cuda.toml, packed
+#   device.sh ngram OUT              repro run of the ngram profile, against the built teacher
+#   device.sh launch OUT BUNDLE      repro verify --host, then repro launch of BUNDLE, sealed
 set -uo pipefail
 STAGE=/root/stage CODE=/root/code RV=/root/rv WH=/root/wh
 SERVE_PY=${SERVE_PY:-/opt/torch/.venv/bin/python3}  # the host's own venv, copied by install.sh
@@ -83,5 +85,25 @@ build)
   fi
   ls -la "$out"; exit $rc
   ;;
-*) sed -n 2,14p "$0"; exit 2 ;;
+ngram)
+  stamp ngram
+  out=$2; mkdir -p "$out"; rm -rf /root/ngram-run
+  teacher=/root/bundles/tiny-cuda/oracle/teacher.json args=()
+  if [ -f "$teacher" ]; then args=(--teacher "$teacher"); fi
+  repro run "$MANIFEST" --profile ngram "${args[@]}" --run-dir /root/ngram-run 2>&1 | tee "$out/ngram.log"
+  rc=${PIPESTATUS[0]}; stamp ran
+  (cd /root/ngram-run 2>/dev/null && tar -czf "$out/ngram-run.tgz" --exclude='home' --exclude='cwd' . 2>/dev/null)
+  ls -la "$out"; exit $rc
+  ;;
+launch)
+  stamp launch
+  out=$2 bundle=$(readlink -f "$3"); mkdir -p "$out"; rm -rf /root/runs
+  repro verify "$bundle" --key keys/example.pub --host 2>&1 | tee "$out/verify-host.log"
+  stamp preflight
+  repro launch "$bundle" --key keys/example.pub --signing-key keys/example.key --runs /root/runs 2>&1 | tee "$out/launch.log"
+  rc=${PIPESTATUS[0]}; stamp launched
+  (cd /root/runs 2>/dev/null && tar -czf "$out/runs.tgz" --exclude='home' --exclude='cwd' . 2>/dev/null)
+  ls -la "$out"; exit $rc
+  ;;
+*) sed -n 2,16p "$0"; exit 2 ;;
 esac
