@@ -16,7 +16,8 @@ set -uo pipefail
 STAGE=/root/stage CODE=/root/code RV=/root/rv WH=/root/wh
 SERVE_PY=${SERVE_PY:-/opt/torch/.venv/bin/python3}  # the host's own venv, copied by install.sh
 SERVE_VENV=/root/serve-venv
-MANIFEST=manifests/tiny-cuda.toml
+MANIFEST=${MANIFEST:-manifests/tiny-cuda.toml}  # tiny-cuda-h200.toml on an H200
+NAME=$(basename "$MANIFEST" .toml)
 stamp() { echo "STEP $1 $(date +%s.%N)"; }
 repro() { (cd "$CODE" && PYTHONPATH="$CODE" PIP_NO_INDEX=1 PIP_FIND_LINKS="$WH/wheels" \
   PIP_DISABLE_PIP_VERSION_CHECK=1 "$RV/bin/python" -m repro_serving "$@"); }
@@ -78,17 +79,17 @@ build)
   cp "$CODE/$MANIFEST" "$out/manifest-used.toml"
   (cd /root/build-run 2>/dev/null && tar -czf "$out/build-run.tgz" --exclude='home' --exclude='cwd' . 2>/dev/null)
   if [ "$rc" = 0 ]; then
-    repro verify /root/bundles/tiny-cuda --key keys/example.pub 2>&1 | tee "$out/verify.log"
+    repro verify /root/bundles/$NAME --key keys/example.pub 2>&1 | tee "$out/verify.log"
     stamp verified
-    repro pack /root/bundles/tiny-cuda --out "$out/tiny-cuda.tar" 2>&1 | tail -3
-    sha256sum "$out/tiny-cuda.tar"
+    repro pack "/root/bundles/$NAME" --out "$out/$NAME.tar" 2>&1 | tail -3
+    sha256sum "$out/$NAME.tar"
   fi
   ls -la "$out"; exit $rc
   ;;
 ngram)
   stamp ngram
   out=$2; mkdir -p "$out"; rm -rf /root/ngram-run
-  teacher=/root/bundles/tiny-cuda/oracle/teacher.json args=()
+  teacher=/root/bundles/$NAME/oracle/teacher.json args=()
   if [ -f "$teacher" ]; then args=(--teacher "$teacher"); fi
   repro run "$MANIFEST" --profile ngram "${args[@]}" --run-dir /root/ngram-run 2>&1 | tee "$out/ngram.log"
   rc=${PIPESTATUS[0]}; stamp ran
