@@ -17,7 +17,7 @@ from pathlib import Path
 
 from repro_serving.builder.documents.bundle import OpenedBundle
 from repro_serving.builder.documents.lock import DispatchClaim, Lock, MappedObject
-from repro_serving.builder.documents.manifest import expand
+from repro_serving.builder.documents.manifest import expand, placeholders_in
 from repro_serving.builder.documents.observations import Observations, drifts
 from repro_serving.builder.documents.python import version_matches
 from repro_serving.builder.drift import Difference, Drift, DriftKind
@@ -185,6 +185,9 @@ def native_drifts(
     With `other_interpreter` (the sealed series, when the venv's interpreter is another release
     of it), the interpreter's own files are not compared."""
     series = other_interpreter
+    unplaced = _unplaced(lock, values)
+    if unplaced is not None:
+        return [unplaced]
     locked = {
         path: found
         for path, found in _locked(lock).items()
@@ -199,6 +202,26 @@ def native_drifts(
     ]
     found.extend(_shadowing(lock, values, series))
     return found
+
+
+def _unplaced(lock: Lock, values: Mapping[str, str]) -> Drift | None:
+    """The placeholders the lock's mappings are written with that name no place on this host
+    (the serving venv, its interpreter: not found here): none of those files can be located, so
+    none is compared, and this one drift says why."""
+    paths = [o.path for objects in lock.native.roles.values() for o in objects]
+    missing = sorted({name for path in paths for name in placeholders_in(path)} - set(values))
+    if not missing:
+        return None
+    named = ", ".join("{" + name + "}" for name in missing)
+    count = sum(1 for path in paths if set(placeholders_in(path)) & set(missing))
+    return Drift(
+        kind=DriftKind.NOT_OBSERVABLE,
+        subject="native.roles",
+        expected=f"a place on this host for {named}",
+        observed=f"none: {count} locked mappings cannot be located here",
+        why="the places the lock's mappings lie in (the serving venv, its interpreter) were not "
+        "found on this host; `repro restore` makes them",
+    )
 
 
 def _shadowing(lock: Lock, values: Mapping[str, str], other_interpreter: str | None) -> list[Drift]:

@@ -21,9 +21,12 @@ from pathlib import Path
 import pytest
 from conftest import REPO_ROOT
 
+from repro_serving.builder.documents.lock import Lock
+from repro_serving.builder.drift import DriftKind
 from repro_serving.builder.handoff import launch_helper
 from repro_serving.builder.handoff.launch_helper import HostView
 from repro_serving.builder.handoff.launcher import HELPER_SOURCE
+from repro_serving.builder.hostcheck import native_drifts
 from repro_serving.builder.native.dispatch import HostCapabilities, predict
 from repro_serving.builder.native.kernels import KERNELS_DIR, KernelSet, dispatches
 
@@ -140,3 +143,18 @@ def _this_host_kind() -> str:
     if "avx512_bf16" in flags:
         return "avx-512 with bf16"
     return "avx-512 without bf16" if "avx512f" in flags else "avx2 only"
+
+
+def test_a_host_without_the_serving_venv_is_a_drift_naming_the_missing_place() -> None:
+    """`verify --host` or a launch from a directory where the manifest's venv is not found: the
+    lock's mappings cannot be located, which is said once, not an internal error."""
+    path = REPO_ROOT / "repro" / "tiny-cpu" / "lock.json"
+    lock = Lock.from_bytes(path.read_bytes(), where=str(path))
+    venv = "/nowhere/.venv-serve"
+    (drift,) = native_drifts(lock, {"venv": venv, "site": f"{venv}/lib/python3.11/site-packages"})
+    assert drift.kind is DriftKind.NOT_OBSERVABLE and drift.subject == "native.roles"
+    assert drift.expected == "a place on this host for {python_prefix}"
+    paths = [o.path for objects in lock.native.roles.values() for o in objects]
+    unplaced = [p for p in paths if "{python_prefix}" in p]
+    assert unplaced and len(unplaced) < len(paths)
+    assert drift.observed == f"none: {len(unplaced)} locked mappings cannot be located here"
