@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import argparse
 import gc
+import os
 import sys
 import traceback
 from collections.abc import Sequence
@@ -163,7 +164,10 @@ def _main(arguments: list[str], *, program: bool) -> int:
         return _report(as_json, error.exit_code, error.what, **sides)
     except KeyboardInterrupt:
         sys.stderr.write("error: interrupted\n")
-        return _report(as_json, ExitCode.CHECK_FAILED, "interrupted")
+        return _report(as_json, ExitCode.INTERRUPTED, "interrupted")
+    except BrokenPipeError:  # the reader closed stdout (`| head`): nothing more can be written
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return ExitCode.BROKEN_PIPE
     except Exception as error:  # the last guard: whatever escaped is a bug, not the user's
         if verbose:
             traceback.print_exc()

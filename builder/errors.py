@@ -18,6 +18,10 @@ class ExitCode(IntEnum):
     NOT_OBSERVABLE = 3
     INTERNAL = 4
     """A bug: an exception no refusal was written for reached the command line's last guard."""
+    INTERRUPTED = 130
+    """Interrupted by SIGINT (128 + 2, as a shell reports it), after a clean teardown."""
+    BROKEN_PIPE = 141
+    """The reader of stdout closed it early (128 + SIGPIPE, as a shell reports it)."""
 
 
 class ReproError(Exception):

@@ -11,12 +11,12 @@ from __future__ import annotations
 import json
 import sys
 from collections.abc import Iterable, Mapping, Sequence
-from typing import TYPE_CHECKING, Annotated, Any, Final, Literal
+from typing import TYPE_CHECKING, Any, Final, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict
 
 from repro_serving.builder.drift import Drift
-from repro_serving.builder.errors import ExitCode, ReproError
+from repro_serving.builder.errors import ReproError
 
 if TYPE_CHECKING:  # rich is loaded where a table or a console is made: a one-line verdict
     from rich.console import Console  # (`repro verify`'s PASS) starts without it
@@ -41,8 +41,8 @@ class ReportError(Output):
     where: str | None
     expected: str | None
     found: str | None
-    exit_code: Annotated[int, Field(ge=ExitCode.CHECK_FAILED, le=ExitCode.INTERNAL)]
-    """1 interrupted, 2 bad input, 3 not observable or an internal error."""
+    exit_code: Literal[1, 2, 3, 4, 130]
+    """1 a check failed, 2 bad input, 3 not observable, 4 an internal error, 130 interrupted."""
 
     @classmethod
     def of(cls, error: ReproError) -> ReportError:
@@ -84,11 +84,18 @@ PIPE_WIDTH = 160
 
 
 def console() -> Console:
-    """A console on stdout; no colour codes, and a fixed wide layout, off a terminal."""
+    """A console on stdout; no colour codes, and a fixed wide layout, off a terminal. A reader
+    that closes the pipe early (`| head`) ends the command as a closed stdout does anywhere
+    else: a `BrokenPipeError` for the command line (`cli`), not rich's own exit 1."""
     from rich.console import Console
 
+    class _Console(Console):
+        def on_broken_pipe(self) -> None:
+            self.quiet = True
+            raise BrokenPipeError
+
     width = None if sys.stdout.isatty() else PIPE_WIDTH
-    return Console(file=sys.stdout, highlight=False, soft_wrap=True, width=width)
+    return _Console(file=sys.stdout, highlight=False, soft_wrap=True, width=width)
 
 
 def json_document(payload: Mapping[str, Any]) -> str:

@@ -5,6 +5,8 @@ from __future__ import annotations
 import contextlib
 import io
 import json
+import subprocess
+import sys
 import tempfile
 import tomllib
 from collections.abc import Sequence
@@ -242,3 +244,15 @@ def test_deep_hashes_each_model_where_this_host_resolves_it(tmp_path: Path) -> N
     assert f"model target at {directory}: 6 file(s) hashed, 1 problem(s)" in out
     assert f"{directory}/model.safetensors: a release file of the model is not the pinned" in out
     assert "{model.target}" not in out.split("model target at")[1]
+
+
+def test_a_reader_that_closes_the_pipe_early_ends_the_command_with_141_and_no_error() -> None:
+    """`repro check M | head -1`: the reader is gone before the plan is written (its end of the
+    pipe closed first, so the write always fails), and the command says nothing more."""
+    manifest = Path(__file__).resolve().parents[1] / "manifests" / "tiny-cpu.toml"
+    argv = [sys.executable, "-m", "repro_serving", "check", str(manifest)]
+    process = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    assert process.stdout is not None and process.stderr is not None
+    process.stdout.close()
+    assert process.wait(timeout=60) == 141
+    assert process.stderr.read() == b""

@@ -366,7 +366,7 @@ def test_sigint_to_repro_run_mid_run_tears_down_and_keeps_the_evidence(
     server_pid = json.loads((run_dir / "start-1" / "server.json").read_text())["pid"]
     repro.send_signal(signal.SIGINT)
     rest = repro.stderr.read()
-    assert repro.wait(timeout=120) == 1, "".join(lines) + rest
+    assert repro.wait(timeout=120) == 130, "".join(lines) + rest
     assert "interrupted: server torn down; evidence kept in" in rest
     assert registry.group_members(server_pid) == []
     assert lifecycle.port_is_free("127.0.0.1", port)
