@@ -1865,3 +1865,49 @@ def test_a_manifest_that_accepts_a_lower_bound_seals_it_and_others_do_not() -> N
         update={"oracle": manifest.oracle.model_copy(update={"gates": gates})}
     )
     assert unresolved_rate(accepting, late) is None
+
+
+def _stated_twice(path: str, honest: str, hostile_first: str) -> Edit:
+    """`honest` (a line of the sealed file) preceded by `hostile_first`, the same key again."""
+
+    def edit(root: Path) -> None:
+        file = root / path
+        text = file.read_text()
+        assert text.count(honest) == 1, honest
+        file.write_text(text.replace(honest, f"{hostile_first}\n{honest}"))
+
+    return edit
+
+
+@pytest.mark.parametrize(
+    ("path", "honest", "hostile_first", "key"),
+    [
+        (
+            "evidence/start-1/audit/api_server.json",
+            '  "passed": true,',
+            '  "passed": false,',
+            "passed",
+        ),
+        (
+            "evidence/start-1/audit/api_server.json",
+            '        "HOME": "/tmp/sealrun/start-1/home",',
+            '        "LD_PRELOAD": "/tmp/evil.so", "HOME": "/x",',
+            "HOME",
+        ),
+    ],
+)
+def test_a_sealed_json_key_stated_twice_is_refused_whatever_its_last_value(
+    path: str,
+    honest: str,
+    hostile_first: str,
+    key: str,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """The model keeps the last value, another reader (or a person) the first: neither is the
+    document's, which is refused naming the key."""
+    copy = sealed_again(tmp_path, TINY, _stated_twice(path, honest, hostile_first))
+    code, document = verify_json(copy, capsys)
+    assert code != 0
+    shown = json.dumps(document)
+    assert f"duplicate key {key!r}" in shown, shown[:2000]

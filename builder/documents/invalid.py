@@ -15,6 +15,7 @@ from pydantic import BaseModel, ValidationError
 
 from repro_serving.builder.documents.translate import Problem, Syntax, problems_of
 from repro_serving.builder.errors import BadInput
+from repro_serving.builder.readers import parse_json
 
 SHOWN_PROBLEMS: Final = 10
 """Problems joined into `found` (the line of `--json`); `diagnostics()` lists every one."""
@@ -95,7 +96,11 @@ def validated(
     strict: bool | None = True,
 ) -> Model:
     """JSON `text` as a `model`, or InvalidDocument listing every problem; each is placed in
-    `positions_from` (in `syntax`), by default `text` itself."""
+    `positions_from` (in `syntax`), by default `text` itself. A JSON document stating a key
+    twice is refused (`readers.parse_json`) before the model reads it: the model would keep the
+    last value, another reader (or a person) the first."""
+    if syntax == "json":
+        parse_json(text, where=source)
     try:
         return model.model_validate_json(text, strict=strict)
     except ValidationError as error:
