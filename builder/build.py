@@ -27,7 +27,6 @@ from repro_serving.builder.claims import (
     node_claims,
     oracle_claim,
     roles_claim,
-    unresolved_rate,
 )
 from repro_serving.builder.documents.audit import ProcessEvidence
 from repro_serving.builder.documents.bundle import sealed_evidence
@@ -76,7 +75,6 @@ from repro_serving.builder.sealing.statement import resolved_dependencies
 from repro_serving.builder.verify import JudgedBundle, recompute
 from repro_serving.launch.historical import Record
 from repro_serving.launch.run import RunPlan, RunRecord, capture_teacher, run_profile
-from repro_serving.launch.throughput import Throughput
 
 # What of a run directory is evidence: never the server's private HOME and TMPDIR.
 
@@ -238,11 +236,6 @@ def _build_live(
         if record.error is not None:
             refusals.append(_verdict_drift("run", record.error.what))
         raise BuildRefused("the teacher run did not pass", refusals, where=str(run_dir))
-    bounded = unresolved_rate(manifest, record.rows)
-    if bounded is not None:
-        raise BuildRefused(
-            "the teacher's rate is only a lower bound", [_bound_drift(bounded)], where=str(run_dir)
-        )
     dispatch = live_dispatch(manifest, observed, record, kernel_sets, probes)
     nodes, node_problems = run_node_claims(manifest, record, observed.values, kernel_sets)
     if dispatch.disagreements or node_problems:
@@ -514,19 +507,6 @@ def _first_audit(record: RunRecord) -> tuple[ProcessEvidence, ...]:
     failed before its audit (a replay is still sealed with what it saw)."""
     report = record.starts[0].audit if record.starts else None
     return audit_document(report).processes if report is not None else ()
-
-
-def _bound_drift(measured: Throughput) -> Drift:
-    named = "; ".join(f"{prompt}: {why}" for prompt, why in measured.median_bounds.items())
-    return Drift(
-        kind=DriftKind.GATE,
-        subject="oracle.gates.throughput",
-        expected="a median rate no row at or below it bounds (each window read as it came)",
-        observed=f"≥ {measured.conventional_median:.2f} tok/s: "
-        f"{len(measured.median_bounds)} of {len(measured.rows)} rows are lower bounds ({named})",
-        why="a record's rate is a measurement: build again where the client reads each token "
-        "as it comes (a quieter host), or set accept_lower_bound in [oracle.gates.throughput]",
-    )
 
 
 def _verdict_drift(gate: str, summary: str) -> Drift:

@@ -33,7 +33,7 @@ from repro_serving.builder.native.kernels import KernelSet, Platform, jit_place
 from repro_serving.builder.native.modules import is_module_file
 from repro_serving.builder.native.rules import inherited_environments
 from repro_serving.builder.sealing.statement import repro_version
-from repro_serving.launch.throughput import Throughput, UnmeasurableRow, measure
+from repro_serving.launch.throughput import UnmeasurableRow, measure
 
 if TYPE_CHECKING:  # a stack served across nodes only: read where one is
     from repro_serving.builder.documents.nodes import NodesDocument
@@ -114,20 +114,6 @@ def bundle_claim(
         manifest_path=manifest_source,
         repro_version=repro_version(),
     )
-
-
-def unresolved_rate(manifest: Manifest, rows: Sequence[OracleRow]) -> Throughput | None:
-    """The teacher's rate over `rows` when its median is only a lower bound (`median_bounds`)
-    and the manifest does not accept one: what `repro build` refuses to seal and `repro verify`
-    refuses sealed. None when it is a measurement, accepted, or not measured at all."""
-    gate = manifest.oracle.gates.throughput
-    if gate is None or gate.accept_lower_bound or not rows:
-        return None
-    try:
-        measured = measure(rows, gate.tokens)
-    except UnmeasurableRow:  # no rate: the throughput gate failed on it
-        return None
-    return measured if measured.median_bounds else None
 
 
 def oracle_claim(

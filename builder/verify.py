@@ -33,7 +33,6 @@ from repro_serving.builder.claims import (
     node_claims,
     oracle_claim,
     roles_claim,
-    unresolved_rate,
 )
 from repro_serving.builder.documents import read_document, read_sealed
 from repro_serving.builder.documents.audit import ProcessEvidence
@@ -479,19 +478,6 @@ def _oracle_checks(
         )
     )
     if taught_here:  # the rate every throughput floor of a replay scales, recomputed
-        bounded = unresolved_rate(sealed.manifest, rows)
-        if bounded is not None:
-            named = "; ".join(f"{p}: {why}" for p, why in bounded.median_bounds.items())
-            checks.append(
-                ClaimCheck(
-                    "oracle.throughput a measurement, not a lower bound",
-                    lock.evidence,
-                    f"≥ {bounded.conventional_median:.2f} tok/s",
-                    False,
-                    f"rows at or below the median are lower bounds ({named}), and the manifest "
-                    "does not set accept_lower_bound",
-                )
-            )
         rate = claim.throughput.conventional_median if claim.throughput is not None else None
         stated = teacher.conventional_tok_s
         checks.append(

@@ -87,20 +87,6 @@ class Throughput:
         return {rate.prompt_id: rate.bound for rate in self.rows if rate.bound is not None}
 
     @property
-    def median_bounds(self) -> dict[str, str]:
-        """The rows whose lower bounds can move the median, by prompt id: each at or below the
-        upper of the middle values. A row above it stays above whatever its true rate, and
-        leaves the median where it is; empty, the median is a measurement, else only a lower
-        bound of one (both conventions order the rows alike)."""
-        values = sorted(rate.conventional for rate in self.rows)
-        upper = values[len(values) // 2]
-        return {
-            rate.prompt_id: rate.bound
-            for rate in self.rows
-            if rate.bound is not None and rate.conventional <= upper
-        }
-
-    @property
     def summary_of_bounds(self) -> str:
         """`; 1 of 5 rows' rates are lower bounds (greeting: …)`, or nothing when none is."""
         bounded = self.lower_bounds

@@ -329,31 +329,3 @@ def test_a_run_without_a_rate_seals_no_throughput_claim() -> None:
     whole = [row(steady, p.id, i, list(range(gate.tokens))) for i, p in enumerate(suite.prompts)]
     claim = oracle_claim(manifest, suite, whole, "0" * 64, "0" * 64).throughput
     assert claim is not None and claim.conventional_median == pytest.approx(10.0)
-
-
-def steady(prompt_id: str, gap: float) -> OracleRow:
-    """Four tokens `gap` s apart, each read alone: a measured rate of 3/(3 gap)."""
-    return row([0.1 + gap * i for i in range(4)], prompt_id, events=EACH)
-
-
-def late(prompt_id: str, scale: float = 1.0) -> OracleRow:
-    """A lower bound: four tokens out of two late reads (3/0.35 tok/s over BACKLOG at 1)."""
-    return row([t * scale for t in BACKLOG], prompt_id, events=EACH, after=0.05 * scale)
-
-
-def test_a_lower_bound_above_the_median_leaves_it_a_measurement() -> None:
-    """Its true rate is higher still: it stays above the median, which stays where it is."""
-    rows = [steady("a", 0.5), steady("b", 0.4), late("fast", 0.01)]
-    measured = measure(rows, 4)
-    assert set(measured.lower_bounds) == {"fast"} and measured.median_bounds == {}
-
-
-@pytest.mark.parametrize("count", [3, 4])
-def test_a_lower_bound_at_or_below_the_median_makes_it_a_lower_bound(count: int) -> None:
-    """Odd: the median row itself, or one below it, could be faster than read; even: one at
-    the upper middle value or below it moves the mean of the two middle ones."""
-    fast = [steady(f"s{i}", 0.01 * (i + 1)) for i in range(count - 1)]
-    measured = measure([*fast, late("slow", 10.0)], 4)
-    assert list(measured.median_bounds) == ["slow"]
-    at_median = measure([steady("x", 0.5), late("m"), steady("y", 0.01)], 4)
-    assert list(at_median.median_bounds) == ["m"]

@@ -25,10 +25,9 @@ from cases import by_name
 from schemas import assert_valid
 
 from repro_serving.builder.canonical import canonical_json
-from repro_serving.builder.claims import environments_claim, roles_claim, unresolved_rate
+from repro_serving.builder.claims import environments_claim, roles_claim
 from repro_serving.builder.cli import main
 from repro_serving.builder.documents.audit import AuditDocument
-from repro_serving.builder.documents.evidence import OracleRow
 from repro_serving.builder.documents.manifest import Manifest
 from repro_serving.builder.documents.rundir import read_rows
 from repro_serving.builder.native.kernels import KernelSet
@@ -1827,44 +1826,6 @@ def test_a_lie_told_in_a_sealed_copy_is_refused_by_the_claim_it_contradicts(
     lie: Lie, source: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     assert_refused(lie, tmp_path, capsys, source)
-
-
-def _read_late(rows: list[dict[str, Any]]) -> None:
-    """Every row's first token read together with its second: each rate a lower bound."""
-    for row in rows:
-        row["token_reads"][1] = row["token_reads"][0]
-        row["token_offsets_s"][1] = row["token_offsets_s"][0]
-
-
-def test_a_teacher_whose_median_rate_is_only_a_lower_bound_is_refused(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str]
-) -> None:
-    """`repro build` refuses to seal such a teacher; one sealed by hand is refused here, naming
-    the rows and why each is a bound."""
-    document = hostile(tmp_path, capsys, _json("evidence/start-1/rows.json", _read_late))
-    detail = failed(document, "oracle.throughput a measurement, not a lower bound")
-    assert "greeting: token 0 came in a read of 2 tokens" in detail
-    assert "accept_lower_bound" in detail
-
-
-def test_a_manifest_that_accepts_a_lower_bound_seals_it_and_others_do_not() -> None:
-    manifest = Manifest.from_path(TINY / "manifest.toml")
-    rows = read_rows(TINY / "evidence" / "start-1" / "rows.json")
-    assert unresolved_rate(manifest, rows) is None
-    documents = [row.model_dump(mode="json") for row in rows]
-    _read_late(documents)
-    late = [OracleRow.model_validate(document) for document in documents]
-    measured = unresolved_rate(manifest, late)
-    assert measured is not None and measured.median_bounds
-    gate = manifest.oracle.gates.throughput
-    assert gate is not None
-    gates = manifest.oracle.gates.model_copy(
-        update={"throughput": gate.model_copy(update={"accept_lower_bound": True})}
-    )
-    accepting = manifest.model_copy(
-        update={"oracle": manifest.oracle.model_copy(update={"gates": gates})}
-    )
-    assert unresolved_rate(accepting, late) is None
 
 
 def _stated_twice(path: str, honest: str, hostile_first: str) -> Edit:

@@ -683,10 +683,6 @@ class ThroughputGate(_Frozen):
     prompt_floor: Annotated[float, Field(gt=0, le=1)] | None = None
     """Fraction of the sealed conventional median every prompt's own rate must reach: one slow
     prompt fails, not only a slow median."""
-    accept_lower_bound: bool = False
-    """Seal a teacher whose median rate is only a lower bound (rows at or below it read
-    several tokens at once, `launch.throughput`); by default such a build is refused, a record's
-    rate being a measurement."""
 
 
 class StallGate(_Frozen):
