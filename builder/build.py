@@ -22,7 +22,7 @@ from repro_serving.builder.claims import (
     bundle_claim,
     dispatch_claims,
     environments_claim,
-    jit_claim,
+    mapped_claims,
     modules_claim,
     node_claims,
     oracle_claim,
@@ -388,7 +388,7 @@ def assemble_lock(
     values = observed.values
     audit = _first_audit(record)
     platforms = [kernel_set.platform for kernel_set in kernel_sets]
-    roles = roles_claim(audit, values, platforms=platforms)
+    roles, jit = mapped_claims(audit, values, platforms=platforms)
     return Lock(
         bundle=bundle_claim(manifest, manifest_source, manifest_sha256=manifest_sha256),
         host=HostClaim(
@@ -424,7 +424,7 @@ def assemble_lock(
             kernel_sets=manifest.native.kernel_sets,
             modules=modules_claim(manifest.native.modules, roles, dispatch),
             roles=roles,
-            jit=jit_claim(audit, platforms=platforms),
+            jit=jit,
             environments=environments_claim(audit, values),
             dispatch=dispatch,
         ),

@@ -29,7 +29,7 @@ from repro_serving.builder.documents.lock import (
 from repro_serving.builder.documents.manifest import Manifest, Suite, placeholder_path
 from repro_serving.builder.hashing import sha256_bytes, sha256_file
 from repro_serving.builder.native.dispatch import DispatchKind, HostCapabilities, predict
-from repro_serving.builder.native.kernels import KernelSet, Platform, jit_place
+from repro_serving.builder.native.kernels import KernelSet, Platform, jit_matcher
 from repro_serving.builder.native.modules import is_module_file
 from repro_serving.builder.native.rules import inherited_environments
 from repro_serving.builder.sealing.statement import repro_version
@@ -163,14 +163,32 @@ def roles_claim(
     *,
     platforms: Sequence[Platform],
 ) -> dict[str, tuple[MappedObject, ...]]:
-    """Every ELF each role's processes mapped, in placeholder form, one entry per path, but for
-    what they compiled at run time into the `platforms`' JIT places (`jit_claim`): from the live
-    audit (`native.auditreport.audit_document`) or from its sealed evidence, read alike."""
+    """Every ELF each role's processes mapped (`mapped_claims`), what they compiled at run time
+    aside."""
+    return mapped_claims(processes, values, platforms=platforms)[0]
+
+
+def mapped_claims(
+    processes: Sequence[ProcessEvidence],
+    values: Mapping[str, str],
+    *,
+    platforms: Sequence[Platform],
+) -> tuple[dict[str, tuple[MappedObject, ...]], dict[str, tuple[JitFiles, ...]]]:
+    """What each role's processes mapped, from the live audit (`native.auditreport`) or from its
+    sealed evidence, read alike: every ELF in placeholder form, one entry per path (`native.roles`),
+    but for the files compiled at run time into the `platforms`' JIT places, counted by place
+    and name (`native.jit`, `documents.lock.JitFiles`): two fresh starts of one stack compile them
+    to other paths (vLLM's compile cache is keyed by its environment, HOME among it), not always
+    to the same bytes."""
     compiled = _jit_places(processes, platforms)
     roles: dict[str, dict[str, MappedObject]] = {}
+    jit: dict[str, dict[tuple[str, str], set[str]]] = {}
     for process in processes:
         for obj in process.objects:
-            if (process.pid, obj.path) in compiled:
+            place = compiled.get((process.pid, obj.path))
+            if place is not None:
+                key = (place, posixpath.basename(obj.path))
+                jit.setdefault(process.role, {}).setdefault(key, set()).add(obj.path)
                 continue
             path = placeholder_path(obj.path, values)
             requester = placeholder_path(obj.requester, values) if obj.requester else None
@@ -179,31 +197,16 @@ def roles_claim(
                 requester=requester,
             )  # fmt: skip
             roles.setdefault(process.role, {}).setdefault(path, entry)
-    return {role: tuple(entries[p] for p in sorted(entries)) for role, entries in roles.items()}
-
-
-def jit_claim(
-    processes: Sequence[ProcessEvidence], *, platforms: Sequence[Platform]
-) -> dict[str, tuple[JitFiles, ...]]:
-    """Each role's files compiled at run time, counted by the JIT place they lie in and their
-    name (`documents.lock.JitFiles`): two fresh starts of one stack compile them to other paths
-    (vLLM's compile cache is keyed by its environment, HOME among it), not always to the same
-    bytes."""
-    compiled = _jit_places(processes, platforms)
-    found: dict[str, dict[tuple[str, str], set[str]]] = {}
-    for process in processes:
-        for obj in process.objects:
-            place = compiled.get((process.pid, obj.path))
-            if place is not None:
-                key = (place, posixpath.basename(obj.path))
-                found.setdefault(process.role, {}).setdefault(key, set()).add(obj.path)
-    return {
-        role: tuple(
-            JitFiles(place=place, name=name, files=len(paths))
-            for (place, name), paths in sorted(files.items())
-        )
-        for role, files in found.items()
-    }
+    return (
+        {role: tuple(entries[p] for p in sorted(entries)) for role, entries in roles.items()},
+        {
+            role: tuple(
+                JitFiles(place=place, name=name, files=len(paths))
+                for (place, name), paths in sorted(files.items())
+            )
+            for role, files in jit.items()
+        },
+    )
 
 
 def _jit_places(
@@ -214,9 +217,9 @@ def _jit_places(
     places = inherited_environments((p.pid, p.ppid, p.environ) for p in processes)
     compiled = {}
     for process in processes:
+        place_of = jit_matcher(platforms, places[process.pid])
         for obj in process.objects:
-            found = (jit_place(obj.path, p, places[process.pid]) for p in platforms)
-            place = next((place for place in found if place is not None), None)
+            place = place_of(obj.path)
             if place is not None:
                 compiled[(process.pid, obj.path)] = place
     return compiled
@@ -369,7 +372,7 @@ def node_claims(
         ]
         processes = audits.get(declared.rank, ())
         platforms = [kernel_set.platform for kernel_set in kernel_sets]
-        roles = roles_claim(processes, values, platforms=platforms)
+        roles, jit = mapped_claims(processes, values, platforms=platforms)
         env = manifest.node_env(declared.rank, profile)
         dispatch = dispatch_claims(
             kernel_sets,
@@ -390,7 +393,7 @@ def node_claims(
                 argv=manifest.node_argv(declared.rank, profile),
                 env=env,
                 roles=roles,
-                jit=jit_claim(processes, platforms=platforms),
+                jit=jit,
                 environments=environments_claim(processes, values),
                 dispatch=dispatch.claims,
             )

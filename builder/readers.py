@@ -287,12 +287,21 @@ def _no_constant(text: str) -> float:
 
 
 def _refuse_duplicates(pairs: Sequence[tuple[str, Any]]) -> dict[str, Any]:
-    result: dict[str, Any] = {}
-    for key, value in pairs:
-        if key in result:
-            raise ValueError(f"duplicate key {key!r}")
-        result[key] = value
+    result = dict(pairs)
+    if len(result) != len(pairs):  # rare: only then is the key looked for
+        keys = [key for key, _ in pairs]
+        twice = next(key for index, key in enumerate(keys) if key in keys[:index])
+        raise ValueError(f"duplicate key {twice!r}")
     return result
+
+
+def refuse_duplicate_keys(data: bytes | str, *, where: str) -> None:
+    """`BadInput` naming `where` and the key when an object of the JSON document `data` (one a
+    model already parsed: its depth is bounded) states a key twice."""
+    try:
+        json.loads(data, object_pairs_hook=_refuse_duplicates)
+    except ValueError as error:
+        raise BadInput("a JSON document does not parse", where=where, found=str(error)) from None
 
 
 def parse_json(data: bytes | str, *, where: str) -> Any:

@@ -28,11 +28,10 @@ from repro_serving.builder.claims import (
     dispatch_claims,
     environments_claim,
     evidence_classes,
-    jit_claim,
+    mapped_claims,
     modules_claim,
     node_claims,
     oracle_claim,
-    roles_claim,
 )
 from repro_serving.builder.documents import read_document, read_sealed
 from repro_serving.builder.documents.audit import ProcessEvidence
@@ -939,11 +938,9 @@ def _native_check(sealed: JudgedBundle) -> ClaimCheck:
     lock = sealed.lock.native
 
     def same_as_lock(processes: Sequence[ProcessEvidence]) -> bool:
-        return (
-            roles_claim(processes, values, platforms=platforms) == lock.roles
-            and jit_claim(processes, platforms=platforms) == lock.jit
-            and environments_claim(processes, values) == lock.environments
-        )
+        roles, jit = mapped_claims(processes, values, platforms=platforms)
+        environments = environments_claim(processes, values)
+        return (roles, jit, environments) == (lock.roles, lock.jit, lock.environments)
 
     audit = sealed.audit(1)
     audit_drifts = audit.all_drifts

@@ -15,7 +15,7 @@ than the live audit had:
   entry the audit judges by content;
 - start 2 "maps other files": its Triton launchers and compiled graphs lie under its own HOME,
   in a compile cache whose key holds that HOME. They are claimed by JIT place, name and bytes
-  (`claims.jit_claim`), not by path.
+  (`claims.mapped_claims`), not by path.
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ from typing import Any
 
 import pytest
 
-from repro_serving.builder.claims import environments_claim, jit_claim, roles_claim
+from repro_serving.builder.claims import environments_claim, mapped_claims
 from repro_serving.builder.documents.audit import AuditDocument, ProcessEvidence
 from repro_serving.builder.documents.manifest import Manifest
 from repro_serving.builder.documents.observations import ObservationsDocument
@@ -178,16 +178,12 @@ def test_both_starts_map_what_one_native_claim_says_jit_files_counted_by_place_a
     under its own HOME, in a compile cache keyed otherwise."""
     values, platforms = observations().values, [k.platform for k in cuda()]
     first, second = processes(1), processes(2)
-    assert roles_claim(first, values, platforms=platforms) == roles_claim(
-        second, values, platforms=platforms
-    )
+    roles, jit = mapped_claims(first, values, platforms=platforms)
+    assert (roles, jit) == mapped_claims(second, values, platforms=platforms)
     assert environments_claim(first, values) == environments_claim(second, values)
-    jit = jit_claim(first, platforms=platforms)
-    assert jit == jit_claim(second, platforms=platforms)
     assert {(f.place, f.name, f.files) for f in jit["engine_core"]} == {
         ("{home}/.cache/vllm/torch_compile_cache/**", LAUNCHER, 19),
         ("{home}/.triton/cache/**", "cuda_utils.cpython-312-x86_64-linux-gnu.so", 1),
     }
-    paths = [o.path for objects in roles_claim(first, values, platforms=platforms).values()
-             for o in objects]  # fmt: skip
+    paths = [o.path for objects in roles.values() for o in objects]
     assert not [path for path in paths if "/build-run/" in path]

@@ -15,7 +15,7 @@ from pydantic import BaseModel, ValidationError
 
 from repro_serving.builder.documents.translate import Problem, Syntax, problems_of
 from repro_serving.builder.errors import BadInput
-from repro_serving.builder.readers import parse_json
+from repro_serving.builder.readers import refuse_duplicate_keys
 
 SHOWN_PROBLEMS: Final = 10
 """Problems joined into `found` (the line of `--json`); `diagnostics()` lists every one."""
@@ -97,12 +97,10 @@ def validated(
 ) -> Model:
     """JSON `text` as a `model`, or InvalidDocument listing every problem; each is placed in
     `positions_from` (in `syntax`), by default `text` itself. A JSON document stating a key
-    twice is refused (`readers.parse_json`) before the model reads it: the model would keep the
-    last value, another reader (or a person) the first."""
-    if syntax == "json":
-        parse_json(text, where=source)
+    twice is refused (`readers.refuse_duplicate_keys`) once the model has read it: the model
+    keeps the last value, another reader (or a person) the first."""
     try:
-        return model.model_validate_json(text, strict=strict)
+        document = model.model_validate_json(text, strict=strict)
     except ValidationError as error:
         if positions_from is None:
             positions_from = text if isinstance(text, str) else text.decode(errors="replace")
@@ -110,6 +108,9 @@ def validated(
         raise InvalidDocument(
             source, problems, title=title, what=what, expected=expected, hint=hint
         ) from None
+    if syntax == "json":
+        refuse_duplicate_keys(text, where=source)
+    return document
 
 
 __all__ = ["SHOWN_PROBLEMS", "InvalidDocument", "Problem", "refused", "validated"]

@@ -18,9 +18,10 @@ pins, purely: the same bytes at another path are origin drift.
 from __future__ import annotations
 
 import fnmatch
+import itertools
 import posixpath
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
 from pathlib import Path
@@ -284,6 +285,35 @@ def classify(
 def jit_place(path: str, platform: Platform, environ: Mapping[str, str]) -> str | None:
     """The platform's JIT glob `path` lies in, for a process with `environ`; None if none."""
     return next((p for p in platform.jit if jit_matches(path, p, environ)), None)
+
+
+def jit_matcher(
+    platforms: Sequence[Platform], environ: Mapping[str, str]
+) -> Callable[[str], str | None]:
+    """`jit_place` over `platforms` for one process with `environ`: its places expanded once,
+    and a path outside a pattern's fixed leading directories passed over without a glob."""
+    directories = jit_directories(environ)
+    patterns = []
+    for platform in platforms:
+        for pattern in platform.jit:
+            names = placeholders_in(pattern)
+            if any(name not in directories for name in names):
+                continue
+            parts = (expand(pattern, directories) if names else pattern).split("/")
+            fixed = "/".join(itertools.takewhile(lambda part: not _GLOB.search(part), parts))
+            patterns.append((pattern, fixed, parts))
+
+    def place(path: str) -> str | None:
+        split = None
+        for pattern, fixed, parts in patterns:
+            if path.startswith(fixed) and _glob(split or (split := path.split("/")), parts):
+                return pattern
+        return None
+
+    return place
+
+
+_GLOB: Final = re.compile(r"[*?\[]")
 
 
 def jit_directories(environ: Mapping[str, str]) -> dict[str, str]:
