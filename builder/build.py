@@ -387,8 +387,7 @@ def assemble_lock(
     unless given (a replay's manifest is the bundle's sealed copy, wherever the build read it)."""
     values = observed.values
     audit = _first_audit(record)
-    platforms = [kernel_set.platform for kernel_set in kernel_sets]
-    roles, jit = mapped_claims(audit, values, platforms=platforms)
+    roles, jit = mapped_claims(audit, values, kernel_sets=kernel_sets)
     return Lock(
         bundle=bundle_claim(manifest, manifest_source, manifest_sha256=manifest_sha256),
         host=HostClaim(
@@ -462,9 +461,7 @@ def live_dispatch(
         manifest.native.modules,
         host=observed.host.capabilities(),
         env=manifest.launch.env_for(record.plan.profile),
-        roles=roles_claim(
-            audit, observed.values, platforms=[kernel_set.platform for kernel_set in kernel_sets]
-        ),
+        roles=roles_claim(audit, observed.values, kernel_sets=kernel_sets),
         probes=probes,
     )
 

@@ -161,26 +161,26 @@ def roles_claim(
     processes: Sequence[ProcessEvidence],
     values: Mapping[str, str],
     *,
-    platforms: Sequence[Platform],
+    kernel_sets: Sequence[KernelSet],
 ) -> dict[str, tuple[MappedObject, ...]]:
     """Every ELF each role's processes mapped (`mapped_claims`), what they compiled at run time
     aside."""
-    return mapped_claims(processes, values, platforms=platforms)[0]
+    return mapped_claims(processes, values, kernel_sets=kernel_sets)[0]
 
 
 def mapped_claims(
     processes: Sequence[ProcessEvidence],
     values: Mapping[str, str],
     *,
-    platforms: Sequence[Platform],
+    kernel_sets: Sequence[KernelSet],
 ) -> tuple[dict[str, tuple[MappedObject, ...]], dict[str, tuple[JitFiles, ...]]]:
     """What each role's processes mapped, from the live audit (`native.auditreport`) or from its
     sealed evidence, read alike: every ELF in placeholder form, one entry per path (`native.roles`),
-    but for the files compiled at run time into the `platforms`' JIT places, counted by place
+    but for the files compiled at run time into the kernel sets' JIT places, counted by place
     and name (`native.jit`, `documents.lock.JitFiles`): two fresh starts of one stack compile them
     to other paths (vLLM's compile cache is keyed by its environment, HOME among it), not always
     to the same bytes."""
-    compiled = _jit_places(processes, platforms)
+    compiled = _jit_places(processes, [kernel_set.platform for kernel_set in kernel_sets])
     roles: dict[str, dict[str, MappedObject]] = {}
     jit: dict[str, dict[tuple[str, str], set[str]]] = {}
     for process in processes:
@@ -371,8 +371,7 @@ def node_claims(
             for name, value in sorted(node.forbidden.items())
         ]
         processes = audits.get(declared.rank, ())
-        platforms = [kernel_set.platform for kernel_set in kernel_sets]
-        roles, jit = mapped_claims(processes, values, platforms=platforms)
+        roles, jit = mapped_claims(processes, values, kernel_sets=kernel_sets)
         env = manifest.node_env(declared.rank, profile)
         dispatch = dispatch_claims(
             kernel_sets,

@@ -208,12 +208,13 @@ def _unplaced(lock: Lock, values: Mapping[str, str]) -> Drift | None:
     """The placeholders the lock's mappings are written with that name no place on this host
     (the serving venv, its interpreter: not found here): none of those files can be located, so
     none is compared, and this one drift says why."""
-    paths = [o.path for objects in lock.native.roles.values() for o in objects]
-    missing = sorted({name for path in paths for name in placeholders_in(path)} - set(values))
+    mapped = [o for objects in lock.native.roles.values() for o in objects]
+    names = [set(placeholders_in(o.path)) for o in mapped]
+    missing = set().union(*names) - set(values)
     if not missing:
         return None
-    named = ", ".join("{" + name + "}" for name in missing)
-    count = sum(1 for path in paths if set(placeholders_in(path)) & set(missing))
+    named = ", ".join("{" + name + "}" for name in sorted(missing))
+    count = sum(1 for placed in names if placed & missing)
     return Drift(
         kind=DriftKind.NOT_OBSERVABLE,
         subject="native.roles",

@@ -934,11 +934,11 @@ def _log(sealed: JudgedBundle, start: int, rank: int) -> bytes:
 
 def _native_check(sealed: JudgedBundle) -> ClaimCheck:
     values = sealed.observations.values
-    platforms = [kernel_set.platform for kernel_set in sealed.kernel_sets()]
+    kernel_sets = sealed.kernel_sets()
     lock = sealed.lock.native
 
     def same_as_lock(processes: Sequence[ProcessEvidence]) -> bool:
-        roles, jit = mapped_claims(processes, values, platforms=platforms)
+        roles, jit = mapped_claims(processes, values, kernel_sets=kernel_sets)
         environments = environments_claim(processes, values)
         return (roles, jit, environments) == (lock.roles, lock.jit, lock.environments)
 

@@ -176,10 +176,10 @@ def test_a_library_path_changed_to_a_directory_outside_every_root_is_refused_by_
 def test_both_starts_map_what_one_native_claim_says_jit_files_counted_by_place_and_name() -> None:
     """What verify's native.roles holds every later start to: start 2's Triton launchers lie
     under its own HOME, in a compile cache keyed otherwise."""
-    values, platforms = observations().values, [k.platform for k in cuda()]
+    values, kernel_sets = observations().values, cuda()
     first, second = processes(1), processes(2)
-    roles, jit = mapped_claims(first, values, platforms=platforms)
-    assert (roles, jit) == mapped_claims(second, values, platforms=platforms)
+    roles, jit = mapped_claims(first, values, kernel_sets=kernel_sets)
+    assert (roles, jit) == mapped_claims(second, values, kernel_sets=kernel_sets)
     assert environments_claim(first, values) == environments_claim(second, values)
     assert {(f.place, f.name, f.files) for f in jit["engine_core"]} == {
         ("{home}/.cache/vllm/torch_compile_cache/**", LAUNCHER, 19),

@@ -18,13 +18,7 @@ import pytest
 from diagnostics import refused
 
 from repro_serving.builder.errors import BadInput
-from repro_serving.builder.native.kernels import (
-    Category,
-    KernelSet,
-    classify,
-    jit_matcher,
-    jit_place,
-)
+from repro_serving.builder.native.kernels import Category, KernelSet, classify
 
 EVIDENCE = Path(__file__).parent / "evidence" / "h200"
 
@@ -153,9 +147,6 @@ def test_a_jit_artifact_is_one_under_the_mapping_process_own_directories(
 ) -> None:
     platform = KernelSet.load("cpu").platform
     assert (classify(path, "dlopen", platform, environ)[0] is Category.JIT) is jit
-    platforms = [platform, KernelSet.load("cuda").platform]
-    found = [place for p in platforms if (place := jit_place(path, p, environ)) is not None]
-    assert jit_matcher(platforms, environ)(path) == (found[0] if found else None)
 
 
 def test_a_jit_pattern_outside_home_and_tmpdir_or_with_another_placeholder_is_refused(

@@ -101,8 +101,8 @@ def _derive_lock_again(root: Path) -> None:
     values = json.loads((root / "evidence" / "observations.json").read_text())["values"]
     processes = [p for document in _audit(root, 1) for p in document.processes]
     kernels = root / "kernels"
-    platforms = [KernelSet.load(n, kernels).platform for n in lock["native"]["kernel_sets"]]
-    roles = roles_claim(processes, values, platforms=platforms)
+    kernel_sets = [KernelSet.load(name, kernels) for name in lock["native"]["kernel_sets"]]
+    roles = roles_claim(processes, values, kernel_sets=kernel_sets)
     lock["native"]["roles"] = {
         role: [o.model_dump(mode="json") for o in objects] for role, objects in roles.items()
     }

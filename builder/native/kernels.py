@@ -264,7 +264,7 @@ def classify(
     is that even when some other object happens to need it by name.
     """
     name = posixpath.basename(path)
-    place = jit_place(path, platform, environ or {})
+    place = jit_matcher([platform], environ or {})(path)
     if place is not None:
         return Category.JIT, f"jit {place}"
     if posixpath.dirname(path) in _roots(platform.driver_roots):
@@ -282,16 +282,13 @@ def classify(
     return Category.UNEXPECTED, f"{rule}: matches no entry of the platform set"
 
 
-def jit_place(path: str, platform: Platform, environ: Mapping[str, str]) -> str | None:
-    """The platform's JIT glob `path` lies in, for a process with `environ`; None if none."""
-    return next((p for p in platform.jit if jit_matches(path, p, environ)), None)
-
-
 def jit_matcher(
     platforms: Sequence[Platform], environ: Mapping[str, str]
 ) -> Callable[[str], str | None]:
-    """`jit_place` over `platforms` for one process with `environ`: its places expanded once,
-    and a path outside a pattern's fixed leading directories passed over without a glob."""
+    """The JIT glob of `platforms` a path lies in, for a process with `environ`, or None: each
+    pattern's placeholder expanded once (its `{home}` or `{tmpdir}`, a pattern naming one the
+    process has none of matching nothing), `*` within one segment, `**` across any number; a
+    path outside a pattern's fixed leading directories passed over without a glob."""
     directories = jit_directories(environ)
     patterns = []
     for platform in platforms:
@@ -304,11 +301,11 @@ def jit_matcher(
             patterns.append((pattern, fixed, parts))
 
     def place(path: str) -> str | None:
-        split = None
-        for pattern, fixed, parts in patterns:
-            if path.startswith(fixed) and _glob(split or (split := path.split("/")), parts):
-                return pattern
-        return None
+        candidates = [
+            (pattern, parts) for pattern, fixed, parts in patterns if path.startswith(fixed)
+        ]
+        split = path.split("/") if candidates else []
+        return next((pattern for pattern, parts in candidates if _glob(split, parts)), None)
 
     return place
 
@@ -324,17 +321,6 @@ def jit_directories(environ: Mapping[str, str]) -> dict[str, str]:
     if environ.get("HOME"):
         found["home"] = environ["HOME"]
     return {name: posixpath.normpath(value) for name, value in found.items()}
-
-
-def jit_matches(path: str, pattern: str, environ: Mapping[str, str]) -> bool:
-    """`path` matches the JIT glob `pattern` for a process with `environ`: its placeholder
-    expanded, `*` within one segment, `**` across any number of segments."""
-    directories = jit_directories(environ)
-    names = placeholders_in(pattern)
-    if any(name not in directories for name in names):
-        return False
-    expanded = expand(pattern, directories) if names else pattern
-    return _glob(path.split("/"), expanded.split("/"))
 
 
 def _glob(parts: Sequence[str], pattern: Sequence[str]) -> bool:

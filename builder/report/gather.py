@@ -238,7 +238,7 @@ def _native(sealed: _Sealed) -> Native:
         roles=roles_claim(
             audits[0][1].processes,
             observations.values,
-            platforms=[kernel_set.platform for kernel_set in opened.kernel_sets()],
+            kernel_sets=opened.kernel_sets(),
         ),
         probes=probes.root,
     )
